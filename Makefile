@@ -1,0 +1,43 @@
+# Every target installs what it needs first; `make install` is quick once done.
+PYTHON ?= python3
+VENV ?= .venv
+# What installs offline on the CPU machines; the code itself supports torch 2.11-2.14.
+TORCH_SPEC ?= torch==2.13.0
+CRYPTEN_SPEC ?= crypten==0.4.1
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mpcml-installed
+
+.PHONY: install test lint proto bench demo clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	# CrypTen's metadata pulls the dead `sklearn` package: install it alone, its real imports
+	# come with mpcml's own dependencies.
+	$(PY) -m pip install -q --no-deps "$(CRYPTEN_SPEC)"
+	$(PY) -m pip install -q --no-warn-conflicts -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+proto: install
+	$(PY) -m mpcml.proto.generate
+
+bench: install
+	$(PY) bench/transport.py
+
+demo: install
+	@echo "make demo arrives with the party daemons and the coordinator (issue 3)." >&2
+	@echo "Until then, see README.md for an mpcml.session example." >&2
+	@exit 2
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,39 @@
+"""mpcml: secure multi-party machine learning with CrypTen over a gRPC data plane with mutual TLS.
+
+The public names load lazily, so that `import mpcml` (the CLI, `make proto`) does not import
+torch and CrypTen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from mpcml.runtime import compat as _compat
+
+__version__ = "0.1.0"
+
+_compat.install()
+
+_EXPORTS = {
+    "Session": "mpcml.runtime.crypten_session",
+    "session": "mpcml.runtime.crypten_session",
+    "TLSFiles": "mpcml.transport.tls",
+    "TransportError": "mpcml.transport.errors",
+}
+
+if TYPE_CHECKING:
+    from mpcml.runtime.crypten_session import Session, session
+    from mpcml.transport.errors import TransportError
+    from mpcml.transport.tls import TLSFiles
+
+__all__ = ["Session", "TLSFiles", "TransportError", "__version__", "session"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mpcml' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

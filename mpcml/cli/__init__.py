@@ -1,0 +1,1 @@
+"""The `mpcml` command line."""

@@ -1,0 +1,1 @@
+"""CrypTen integration: compatibility shims and starting CrypTen over the mpcml data plane."""

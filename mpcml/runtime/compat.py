@@ -1,0 +1,83 @@
+"""Compatibility shims that let CrypTen 0.4.1 run on torch 2.11-2.14 without editing its files.
+
+Every patch CrypTen needs lives here, so that a CrypTen upgrade means reading one file.
+Targets: crypten 0.4.1 (the last release, 2022-12).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import io
+import sys
+import types
+from typing import Any
+
+_LEGACY_REGISTRY = "torch.onnx._internal.registration"
+_LEGACY_REGISTRY_NOW = "torch.onnx._internal.torchscript_exporter.registration"
+
+_applied = False
+
+
+class _RegistryAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves the registry's pre-2.1 import path, lazily, to where current torch keeps it."""
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _LEGACY_REGISTRY:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The alias shares the real module's objects (crypten imports `registry` from it).
+        real = importlib.import_module(_LEGACY_REGISTRY_NOW)
+        module.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
+
+
+def install() -> None:
+    """Make `import crypten` work on current torch, whenever it happens later. Cheap: imports
+    nothing. `import mpcml` calls it, so import mpcml before crypten."""
+    # crypten/nn/onnx_converter.py imports the TorchScript ONNX exporter's symbolic registry by
+    # its pre-2.1 path; current torch keeps the same registry under torchscript_exporter.
+    if not any(isinstance(f, _RegistryAlias) for f in sys.meta_path):
+        sys.meta_path.append(_RegistryAlias())
+
+
+def _export_pytorch_model(f: io.BytesIO, pytorch_model: Any, dummy_input: Any) -> io.BytesIO:
+    # Same export as crypten.nn.onnx_converter._export_pytorch_model, but through the
+    # TorchScript exporter: since torch 2.9 torch.onnx.export defaults to dynamo, which needs
+    # onnxscript and ignores the symbolic registry CrypTen patches.
+    import torch
+    from torch.onnx import OperatorExportTypes
+
+    from crypten.nn import onnx_converter
+
+    torch.onnx.export(
+        pytorch_model,
+        dummy_input,
+        f,
+        do_constant_folding=False,
+        export_params=True,
+        input_names=["input"],
+        operator_export_type=OperatorExportTypes.ONNX,
+        output_names=["output"],
+        opset_version=onnx_converter._OPSET_VERSION,
+        dynamo=False,
+    )
+    return f
+
+
+def apply() -> None:
+    """Patch CrypTen so that `crypten.nn.from_pytorch` works too; imports crypten. Idempotent."""
+    global _applied
+    if _applied:
+        return
+    install()
+    from crypten.nn import onnx_converter
+
+    onnx_converter._export_pytorch_model = _export_pytorch_model
+    _applied = True

@@ -1,0 +1,135 @@
+"""`mpcml.session`: CrypTen in the calling process, over the gRPC data plane with mutual TLS.
+
+CrypTen picks its communicator by looking up `crypten.communicator.DistributedCommunicator` when
+`crypten.init()` runs (DESIGN.md 4.2), so the session installs `GrpcCommunicator` there for its
+lifetime and puts CrypTen's own class back afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mpcml.runtime import compat
+
+compat.apply()
+
+import crypten  # noqa: E402  (after the shims)
+import crypten.communicator as crypten_comm  # noqa: E402
+
+from mpcml.transport import options  # noqa: E402
+from mpcml.transport.communicator import GrpcCommunicator  # noqa: E402
+from mpcml.transport.errors import TransportError  # noqa: E402
+from mpcml.transport.link import PeerInfo  # noqa: E402
+from mpcml.transport.tls import TLSFiles  # noqa: E402
+from mpcml.transport.transport import Transport  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A live session: who this party is, and its view of the data plane."""
+
+    rank: int
+    world_size: int
+    peer_names: tuple[str, ...]
+    session_id: str
+    transport: Transport
+
+    def communication_stats(self) -> dict[str, Any]:
+        """CrypTen's counters for this party: rounds, bytes (as CrypTen counts them), time."""
+        return dict(crypten_comm.get().get_communication_stats())
+
+    def reset_communication_stats(self) -> None:
+        """Zero CrypTen's counters."""
+        crypten_comm.get().reset_communication_stats()
+
+
+def _validate(rank: int, world_size: int, peers: Sequence[str],
+              peer_names: Sequence[str] | None, tls: TLSFiles | None,
+              insecure: bool) -> tuple[str, ...]:
+    if world_size < 2:
+        raise ValueError(f"world_size must be at least 2, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+    if len(peers) != world_size:
+        raise ValueError(f"peers lists {len(peers)} addresses for world_size {world_size}")
+    for i, address in enumerate(peers):
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"peers[{i}] = {address!r} is not HOST:PORT")
+    if tls is None and not insecure:
+        raise ValueError("tls is required; pass insecure=True (and tls=None) only to debug "
+                         "over plaintext")
+    if tls is not None and insecure:
+        raise ValueError("pass either tls or insecure=True, not both")
+    names = tuple(peer_names) if peer_names is not None else tuple(
+        f"party{i}" for i in range(world_size))
+    if len(names) != world_size:
+        raise ValueError(f"peer_names lists {len(names)} names for world_size {world_size}")
+    if len(set(names)) != world_size:
+        raise ValueError(f"peer_names must be distinct: {list(names)}")
+    return names
+
+
+@contextmanager
+def session(rank: int, world_size: int, peers: Sequence[str], *,
+            tls: TLSFiles | None = None, peer_names: Sequence[str] | None = None,
+            insecure: bool = False, session_id: str = "mpcml-session",
+            connect_timeout: float = options.CONNECT_TIMEOUT_S, listen: str | None = None,
+            device: str | torch.device | None = None,
+            chunk_bytes: int = options.CHUNK_BYTES) -> Iterator[Session]:
+    """Run CrypTen as party `rank` of `world_size`, talking to the others only over gRPC.
+
+    `peers[i]` is the address party i listens on and `peer_names[i]` the name its certificate
+    must carry. Every party passes the same `peers`, `peer_names` and `session_id`. This party
+    listens on `listen` (default `peers[rank]`). The block ends with CrypTen and the server shut
+    down, so another session can start in the same process. Any failure of the data plane
+    raises `mpcml.TransportError` naming the peer involved, on every party.
+    """
+    names = _validate(rank, world_size, peers, peer_names, tls, insecure)
+    if crypten.is_initialized():
+        raise TransportError("CrypTen is already initialised in this process: one session at a "
+                             "time")
+    if insecure:
+        log.warning("mpcml session %r runs over PLAINTEXT gRPC with no authentication "
+                    "(insecure=True): use it only for debugging", session_id)
+    if chunk_bytes < 1024:
+        raise ValueError(f"chunk_bytes must be at least 1024, got {chunk_bytes}")
+    infos = [PeerInfo(i, names[i], peers[i]) for i in range(world_size)]
+    transport = Transport(rank=rank, peers=infos, session_id=session_id, tls=tls,
+                          listen=listen, chunk_bytes=chunk_bytes)
+    transport.start(connect_timeout)
+    original = crypten_comm.DistributedCommunicator
+    crypten_comm.DistributedCommunicator = GrpcCommunicator
+    GrpcCommunicator.pending = transport
+    try:
+        try:
+            crypten.init(party_name=names[rank], device=device)
+        except BaseException as exc:
+            transport.abort(f"CrypTen failed to start: {exc}")
+            raise
+        try:
+            yield Session(rank, world_size, names, session_id, transport)
+        except BaseException as exc:
+            transport.abort(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            crypten.uninit()
+    finally:
+        GrpcCommunicator.instance = None
+        GrpcCommunicator.pending = None
+        crypten_comm.DistributedCommunicator = original
+        transport.stop()
+
+
+def new_session_id() -> str:
+    """A fresh random session id, for callers that coordinate parties themselves."""
+    return uuid.uuid4().hex

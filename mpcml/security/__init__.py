@@ -1,0 +1,1 @@
+"""Certificates and identities."""

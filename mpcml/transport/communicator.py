@@ -1,0 +1,312 @@
+"""CrypTen's `Communicator` over the gRPC data plane.
+
+Every call CrypTen makes (DESIGN.md 4.2) is built from point-to-point messages on the session's
+streams. Method names and the `_logging` decorator are CrypTen's own, so its communication
+statistics (rounds, bytes) count exactly what they count over torch.distributed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from crypten.communicator.communicator import Communicator, _logging
+from torch.distributed import ReduceOp
+
+from mpcml.proto.v1 import dataplane_pb2 as pb
+from mpcml.transport.errors import ProtocolError, TransportError
+from mpcml.transport.transport import Transport
+
+
+class Request:
+    """What `isend`/`irecv` return: `wait()` completes the operation."""
+
+    def __init__(self, complete: Callable[[], None] | None = None) -> None:
+        self._complete = complete
+
+    def wait(self) -> None:
+        """Block until the operation is done (sends are done when queued)."""
+        if self._complete is not None:
+            complete, self._complete = self._complete, None
+            complete()
+
+    def is_completed(self) -> bool:
+        """Whether `wait()` would return at once."""
+        return self._complete is None
+
+
+def _fill(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
+    # Like torch.distributed, only the element count and type must match: CrypTen itself
+    # sends a 0-d seed into a 1-element buffer.
+    if target.numel() != received.numel() or target.dtype != received.dtype:
+        raise ProtocolError(f"{what}: received a {received.dtype} tensor of shape "
+                            f"{tuple(received.shape)}, expected {target.dtype} of shape "
+                            f"{tuple(target.shape)}: the parties' computations diverged")
+    target.copy_(received.reshape(target.shape))
+
+
+def _combine(op: Any) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    if op == ReduceOp.SUM:
+        return lambda acc, x: acc.add_(x)
+    if op == ReduceOp.BXOR:
+        return lambda acc, x: acc.bitwise_xor_(x)
+    raise TransportError(f"reduce op {op} is not supported (only SUM and BXOR)")
+
+
+def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    # Batched collectives travel as one message, not one per tensor.
+    return torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else tensors[0]
+
+
+def _split_into(targets: list[torch.Tensor], flat: torch.Tensor) -> list[torch.Tensor]:
+    if len(targets) == 1:
+        return [flat.reshape(targets[0].shape)]
+    sizes = [t.numel() for t in targets]
+    if sum(sizes) != flat.numel():
+        raise ProtocolError(f"batched message of {flat.numel()} elements, expected "
+                            f"{sum(sizes)}: the parties' computations diverged")
+    return [piece.reshape(t.shape) for piece, t in zip(flat.split(sizes), targets, strict=True)]
+
+
+class GrpcCommunicator(Communicator):  # type: ignore[misc]
+    """CrypTen communicator whose messages travel over an `mpcml` `Transport`."""
+
+    BYTES_PER_ELEMENT = 8
+    instance: ClassVar[GrpcCommunicator | None] = None
+    pending: ClassVar[Transport | None] = None
+    """Set by `mpcml.session` just before `crypten.init()`, which calls `initialize`."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.rank = transport.rank
+        self.world_size = transport.world_size
+        self._name = transport.me.name
+        self.ttp_initialized = False
+        self.reset_communication_stats()
+
+    # -- lifecycle, as crypten.communicator expects it -----------------------------------------
+
+    @classmethod
+    def initialize(cls, rank: int = 0, world_size: int = 1, init_ttp: bool = False) -> None:
+        """Called by `crypten.init()` with placeholder arguments; the session has the real ones."""
+        if init_ttp:
+            raise TransportError("CrypTen's TTP provider runs over torch.distributed and is "
+                                 "not available over the gRPC data plane")
+        if cls.pending is None:
+            raise TransportError("start CrypTen with mpcml.session(...), not crypten.init()")
+        cls.instance = cls(cls.pending)
+
+    @classmethod
+    def is_initialized(cls) -> bool:
+        """Whether a session's communicator is live."""
+        return cls.instance is not None
+
+    @classmethod
+    def get(cls) -> GrpcCommunicator | None:
+        """The live communicator."""
+        return cls.instance
+
+    @classmethod
+    def shutdown(cls) -> None:
+        """Called by `crypten.uninit()`: close the session's data plane cleanly."""
+        instance, cls.instance = cls.instance, None
+        if instance is not None:
+            instance.transport.close()
+
+    # -- point to point ------------------------------------------------------------------------
+
+    def _peers(self) -> list[int]:
+        return [r for r in range(self.world_size) if r != self.rank]
+
+    def _recv_into(self, target: torch.Tensor, src: int, op: int, what: str) -> None:
+        _fill(target, self.transport.recv(src, op).tensor_or_raise(), what)
+
+    @_logging  # type: ignore[misc]
+    def send(self, tensor: Any, dst: int) -> None:
+        """Send `tensor` to `dst`."""
+        self.transport.send_tensor(dst, pb.OP_SEND, tensor.data)
+
+    @_logging  # type: ignore[misc]
+    def recv(self, tensor: Any, src: int | None = None) -> Any:
+        """Receive a tensor shaped like `tensor` from `src`; returns a new tensor."""
+        if src is None:
+            raise TransportError("recv needs a source rank")
+        result = tensor.clone()
+        self._recv_into(result.data, src, pb.OP_SEND, f"recv from rank {src}")
+        return result
+
+    @_logging  # type: ignore[misc]
+    def isend(self, tensor: Any, dst: int) -> Request:
+        """Send without blocking (the data is copied at once)."""
+        self.transport.send_tensor(dst, pb.OP_SEND, tensor.data)
+        return Request()
+
+    @_logging  # type: ignore[misc]
+    def irecv(self, tensor: Any, src: int | None = None) -> Request:
+        """Post a receive into `tensor`; it is filled in place by `wait()`."""
+        if src is None:
+            raise TransportError("irecv needs a source rank")
+        ticket = self.transport.post_recv(src)
+
+        def complete() -> None:
+            message = self.transport.take(src, ticket, pb.OP_SEND)
+            _fill(tensor.data, message.tensor_or_raise(), f"irecv from rank {src}")
+
+        return Request(complete)
+
+    # -- collectives ---------------------------------------------------------------------------
+
+    @_logging  # type: ignore[misc]
+    def scatter(self, scatter_list: list[Any], src: int, size: Any = None,
+                device: Any = None) -> Any:
+        """Send `scatter_list[i]` from `src` to party i."""
+        if src == self.rank:
+            for r in self._peers():
+                self.transport.send_tensor(r, pb.OP_SCATTER, scatter_list[r].data)
+            return scatter_list[self.rank].data
+        if size is None:
+            size = scatter_list[self.rank].size()
+        if device is None and scatter_list is not None:
+            try:
+                device = scatter_list[self.rank].device
+            except (IndexError, AttributeError, TypeError):
+                device = None
+        tensor = torch.empty(size=size, dtype=torch.long, device=device)
+        self._recv_into(tensor, src, pb.OP_SCATTER, f"scatter from rank {src}")
+        return tensor
+
+    @_logging  # type: ignore[misc]
+    def reduce(self, input: Any, dst: int, op: Any = ReduceOp.SUM, batched: bool = False) -> Any:
+        """Combine every party's tensor(s) with `op` at `dst`."""
+        combine = _combine(op)
+        inputs = list(input) if batched else [input]
+        if self.rank != dst:
+            self.transport.send_tensor(dst, pb.OP_REDUCE, _flat([x.data for x in inputs]))
+            return None
+        result = [x.clone().data for x in inputs] if batched else [input.clone()]
+        targets = [r.data for r in result]
+        for src in self._peers():
+            received = self.transport.recv(src, pb.OP_REDUCE).tensor_or_raise()
+            for acc, part in zip(targets, _split_into(targets, received), strict=True):
+                combine(acc, part.to(acc.device))
+        return result if batched else result[0]
+
+    @_logging  # type: ignore[misc]
+    def all_reduce(self, input: Any, op: Any = ReduceOp.SUM, batched: bool = False) -> Any:
+        """Combine every party's tensor(s) with `op`; every party gets the result."""
+        combine = _combine(op)
+        inputs = list(input) if batched else [input]
+        flat = _flat([x.data for x in inputs])
+        for dst in self._peers():
+            self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, flat)
+        result = [x.clone() for x in inputs]
+        targets = [r.data for r in result]
+        for src in self._peers():
+            received = self.transport.recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
+            for acc, part in zip(targets, _split_into(targets, received), strict=True):
+                combine(acc, part.to(acc.device))
+        return result if batched else result[0]
+
+    @_logging  # type: ignore[misc]
+    def gather(self, tensor: Any, dst: int) -> list[Any]:
+        """Collect every party's tensor at `dst` (others get `[None]`)."""
+        if self.rank != dst:
+            self.transport.send_tensor(dst, pb.OP_GATHER, tensor.data)
+            return [None]
+        result = []
+        for r in range(self.world_size):
+            if r == self.rank:
+                result.append(tensor.data.clone())
+                continue
+            out = torch.empty(size=tensor.size(), dtype=torch.long, device=tensor.data.device)
+            self._recv_into(out, r, pb.OP_GATHER, f"gather from rank {r}")
+            result.append(out)
+        return result
+
+    @_logging  # type: ignore[misc]
+    def all_gather(self, tensor: Any) -> list[Any]:
+        """Every party gets every party's tensor."""
+        for dst in self._peers():
+            self.transport.send_tensor(dst, pb.OP_ALL_GATHER, tensor.data)
+        result = []
+        for r in range(self.world_size):
+            if r == self.rank:
+                result.append(tensor.data.clone())
+                continue
+            out = torch.empty(size=tensor.size(), dtype=torch.long, device=tensor.data.device)
+            self._recv_into(out, r, pb.OP_ALL_GATHER, f"all_gather from rank {r}")
+            result.append(out)
+        return result
+
+    @_logging  # type: ignore[misc]
+    def broadcast(self, input: Any, src: int, group: Any = None, batched: bool = False) -> Any:
+        """Overwrite every party's tensor(s) with those of `src`, in place."""
+        inputs = list(input) if batched else [input]
+        targets = [x.data for x in inputs]
+        if self.rank == src:
+            flat = _flat(targets)
+            for dst in self._peers():
+                self.transport.send_tensor(dst, pb.OP_BROADCAST, flat)
+        else:
+            received = self.transport.recv(src, pb.OP_BROADCAST).tensor_or_raise()
+            for target, part in zip(targets, _split_into(targets, received), strict=True):
+                _fill(target, part, f"broadcast from rank {src}")
+        return input
+
+    @_logging  # type: ignore[misc]
+    def barrier(self) -> None:
+        """Return once every party has entered the barrier."""
+        for dst in self._peers():
+            self.transport.send_object(dst, pb.OP_BARRIER, None)
+        for src in self._peers():
+            self.transport.recv(src, pb.OP_BARRIER)
+
+    # -- objects (schema'd, never pickled) -----------------------------------------------------
+
+    @_logging  # type: ignore[misc]
+    def send_obj(self, obj: Any, dst: int, group: Any = None) -> None:
+        """Send a small structured object to `dst`."""
+        self.transport.send_object(dst, pb.OP_OBJECT, obj)
+
+    @_logging  # type: ignore[misc]
+    def recv_obj(self, src: int, group: Any = None) -> Any:
+        """Receive a small structured object from `src`."""
+        return self.transport.recv(src, pb.OP_OBJECT).value
+
+    @_logging  # type: ignore[misc]
+    def broadcast_obj(self, obj: Any, src: int, group: Any = None) -> Any:
+        """Every party gets `src`'s object."""
+        if self.rank == src:
+            for dst in self._peers():
+                self.transport.send_object(dst, pb.OP_OBJECT, obj)
+            return obj
+        return self.transport.recv(src, pb.OP_OBJECT).value
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def get_world_size(self) -> int:
+        """Number of parties."""
+        return self.world_size
+
+    def get_rank(self) -> int:
+        """This party's rank."""
+        return self.rank
+
+    def get_ttp_rank(self) -> int:
+        """Where CrypTen's TTP would sit (unused: TTP is not offered)."""
+        return self.world_size
+
+    def set_name(self, name: str) -> None:
+        """Set the party name CrypTen uses for file save/load."""
+        if not isinstance(name, str):
+            raise TypeError(f"party name must be a string, not {type(name).__name__}")
+        self._name = name
+
+    def get_name(self) -> str:
+        """The party name."""
+        return self._name
+
+    def get_distributed_backend(self) -> str:
+        """Name of the backend, in place of torch.distributed's."""
+        return "mpcml-grpc"

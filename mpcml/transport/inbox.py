@@ -1,0 +1,71 @@
+"""Messages received from one peer, handed out in the order the computation asks for them.
+
+CrypTen's calls are SPMD, so the n-th receive from a peer matches the n-th message that peer
+sent us. Each receive takes a ticket when it is *posted* (an `irecv` posts before it waits), so
+that waits in another order still get the right messages.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from mpcml.transport.errors import PeerFailedError, TransportError
+from mpcml.transport.framing import Message
+
+
+class Inbox:
+    """Arrived messages of one peer, plus that peer's end-of-session state."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+        self._cond = threading.Condition()
+        self._messages: dict[int, Message] = {}
+        self._arrived = 0
+        self._tickets = 0
+        self._closed = False
+        self._failure: TransportError | None = None
+
+    def put(self, message: Message) -> None:
+        """Store the next message of the stream."""
+        with self._cond:
+            self._messages[self._arrived] = message
+            self._arrived += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """The peer ended its stream cleanly: nothing more will arrive."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def fail(self, error: TransportError) -> None:
+        """Wake every waiter with `error` (the first failure wins)."""
+        with self._cond:
+            if self._failure is None:
+                self._failure = error
+            self._cond.notify_all()
+
+    def ticket(self) -> int:
+        """Reserve the next message for a receive being posted now."""
+        with self._cond:
+            ticket = self._tickets
+            self._tickets += 1
+            return ticket
+
+    def take(self, ticket: int) -> Message:
+        """Block until the message for `ticket` has arrived, or the session has failed.
+
+        Messages that arrived before a failure are still handed out.
+        """
+        with self._cond:
+            while True:
+                message = self._messages.pop(ticket, None)
+                if message is not None:
+                    return message
+                if self._failure is not None:
+                    raise type(self._failure)(*self._failure.args)
+                if self._closed and ticket >= self._arrived:
+                    raise PeerFailedError(
+                        f"{self._peer} closed its session while this party still expected "
+                        f"message {ticket} from it: the parties' computations diverged")
+                self._cond.wait()

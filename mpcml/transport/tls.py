@@ -1,0 +1,137 @@
+"""Mutual-TLS material for the data plane, and the identity checks built on it.
+
+A party's identity is the common name of its certificate. The receiving side of a stream checks
+it against the name the claimed rank must carry; the connecting side makes gRPC verify that the
+server's certificate carries the expected name (`ssl_target_name_override`) and, when the
+handshake fails, probes the peer once with Python's `ssl` to say which name it presented.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """Paths of the PEM files a party uses: the CA it trusts, its certificate and its key."""
+
+    ca: str | Path
+    cert: str | Path
+    key: str | Path
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        """The (ca, cert, key) PEM bytes; a missing file raises an error naming it."""
+        out = []
+        for what, path in (("CA certificate", self.ca), ("certificate", self.cert),
+                           ("private key", self.key)):
+            try:
+                out.append(Path(path).read_bytes())
+            except OSError as exc:
+                raise ValueError(f"cannot read the TLS {what} {str(path)!r}: {exc}") from exc
+        return out[0], out[1], out[2]
+
+
+@dataclass(frozen=True)
+class CertNames:
+    """The names a certificate carries."""
+
+    common_name: str
+    dns_names: tuple[str, ...]
+    ip_addresses: tuple[str, ...]
+
+    def describe(self) -> str:
+        """Human-readable summary for error messages."""
+        sans = [*self.dns_names, *self.ip_addresses]
+        return f"{self.common_name!r} (SANs: {', '.join(sans) or 'none'})"
+
+
+def cert_names(cert: x509.Certificate) -> CertNames:
+    """Common name and subject alternative names of `cert`."""
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    common_name = str(cns[0].value) if cns else ""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = tuple(san.get_values_for_type(x509.DNSName))
+        ips = tuple(str(ip) for ip in san.get_values_for_type(x509.IPAddress))
+    except x509.ExtensionNotFound:
+        dns, ips = (), ()
+    return CertNames(common_name, dns, ips)
+
+
+def pem_names(pem: bytes) -> CertNames:
+    """Names of the first certificate in a PEM blob."""
+    return cert_names(x509.load_pem_x509_certificate(pem))
+
+
+def server_credentials(tls: TLSFiles) -> grpc.ServerCredentials:
+    """Server side: present our certificate and require one from our CA."""
+    ca, cert, key = tls.read()
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                       require_client_auth=True)
+
+
+def channel_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
+    """Client side: trust only our CA and present our certificate."""
+    ca, cert, key = tls.read()
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
+                                        certificate_chain=cert)
+
+
+def caller_common_name(context: grpc.ServicerContext) -> str | None:
+    """Common name of the TLS client certificate of the call, None on a plaintext call."""
+    auth = context.auth_context()
+    names = auth.get("x509_common_name")
+    if not names:
+        return None
+    return bytes(names[0]).decode("utf-8", errors="replace")
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    return host, int(port)
+
+
+def diagnose_peer(address: str, tls: TLSFiles, expected_name: str,
+                  timeout: float = 3.0) -> str | None:
+    """Why a TLS connection to `address` fails our checks, or None if it passes or cannot tell.
+
+    Called only after gRPC reported a failure, to turn it into a message that says which
+    certificate the peer presented.
+    """
+    ca, _cert, _key = tls.read()
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca.decode())
+    context.check_hostname = False
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    host, port = _split_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                context.wrap_socket(raw, server_hostname=_sni(host)) as conn:
+            der = conn.getpeercert(binary_form=True)
+    except ssl.SSLCertVerificationError as exc:
+        return (f"its certificate is not accepted by our CA ({exc.verify_message}); "
+                f"expected a certificate for {expected_name!r} issued by our CA")
+    except (OSError, ssl.SSLError):
+        return None
+    if der is None:
+        return None
+    names = cert_names(x509.load_der_x509_certificate(der))
+    if names.common_name != expected_name or expected_name not in names.dns_names:
+        return f"expected a certificate for {expected_name!r}, it presented {names.describe()}"
+    return None
+
+
+def _sni(host: str) -> str | None:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return None

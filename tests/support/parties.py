@@ -1,0 +1,166 @@
+"""Run the parties of an `mpcml.session` as separate OS processes on loopback.
+
+Each party is a fresh interpreter (multiprocessing `spawn`) that opens a real session (gRPC,
+mutual TLS with certificates made by `mpcml.security.certs`), runs a scenario function and
+writes what it returns to a file the test reads back. Processes are always reaped, even when a
+test fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing as mp
+import socket
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mpcml.security import certs
+
+
+def free_ports(n: int) -> list[int]:
+    """Ports that were free a moment ago on 127.0.0.1."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def make_pki(directory: Path, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """A CA and one certificate per name; returns the TLS file paths per name."""
+    certs.init_ca(directory)
+    out = {}
+    for name in names:
+        issued = certs.issue(directory, name, sans=("127.0.0.1", "localhost"))
+        out[name] = {"ca": str(directory / "ca.pem"), "cert": str(issued.cert),
+                     "key": str(issued.key)}
+    return out
+
+
+@dataclass
+class PartySpec:
+    """Everything one party process needs; plain data so that it crosses `spawn`."""
+
+    rank: int
+    world_size: int
+    peers: list[str]
+    peer_names: list[str]
+    tls: dict[str, str] | None
+    scenario: str
+    out: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _party_main(spec: PartySpec) -> None:
+    import mpcml
+
+    module_name, _, func_name = spec.scenario.rpartition(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    tls = mpcml.TLSFiles(**spec.tls) if spec.tls is not None else None
+    out = Path(spec.out)
+    try:
+        with mpcml.session(rank=spec.rank, world_size=spec.world_size, peers=spec.peers,
+                           tls=tls, peer_names=spec.peer_names, insecure=tls is None,
+                           **spec.kwargs.get("session", {})) as s:
+            result = func(s, **spec.kwargs.get("scenario", {}))
+        torch.save(result, out.with_suffix(".pt"))
+        out.with_suffix(".json").write_text(json.dumps({"ok": True}))
+    except BaseException as exc:  # reported to the test, which asserts on it
+        out.with_suffix(".json").write_text(json.dumps({
+            "ok": False, "type": type(exc).__name__, "message": str(exc),
+            "is_runtime_error": isinstance(exc, RuntimeError),
+            "traceback": traceback.format_exc()}))
+
+
+@dataclass
+class PartyResult:
+    """What one party process ended with."""
+
+    rank: int
+    exitcode: int | None
+    ok: bool
+    value: Any = None
+    error_type: str = ""
+    error: str = ""
+    is_runtime_error: bool = False
+    traceback: str = ""
+    seconds: float = 0.0
+
+
+class Parties:
+    """Start party processes; `wait()` collects their results; `kill_all()` always reaps."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.ctx = mp.get_context("spawn")
+        self.procs: dict[int, Any] = {}
+        self.started: dict[int, float] = {}
+        self.specs: dict[int, PartySpec] = {}
+
+    def start(self, spec: PartySpec) -> None:
+        proc = self.ctx.Process(target=_party_main, args=(spec,), daemon=True)
+        proc.start()
+        self.procs[spec.rank] = proc
+        self.started[spec.rank] = time.monotonic()
+        self.specs[spec.rank] = spec
+
+    def wait(self, rank: int, timeout: float) -> PartyResult:
+        proc = self.procs[rank]
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+            raise AssertionError(f"party {rank} still running after {timeout} s: it hung")
+        seconds = time.monotonic() - self.started[rank]
+        out = Path(self.specs[rank].out)
+        status_file = out.with_suffix(".json")
+        if not status_file.exists():
+            return PartyResult(rank, proc.exitcode, False, error="no result written",
+                               seconds=seconds)
+        status = json.loads(status_file.read_text())
+        if not status["ok"]:
+            return PartyResult(rank, proc.exitcode, False, error_type=status["type"],
+                               error=status["message"],
+                               is_runtime_error=status["is_runtime_error"],
+                               traceback=status["traceback"], seconds=seconds)
+        value = torch.load(out.with_suffix(".pt"), weights_only=True)
+        return PartyResult(rank, proc.exitcode, True, value=value, seconds=seconds)
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+
+
+def run_session(tmp: Path, world_size: int, scenario: str, *, timeout: float = 240.0,
+                tls: bool = True, scenario_kwargs: dict[str, Any] | None = None,
+                session_kwargs: dict[str, Any] | None = None) -> list[PartyResult]:
+    """Run `scenario` on `world_size` parties over mutual TLS; returns every party's result."""
+    names = [f"party{i}" for i in range(world_size)]
+    pki = make_pki(tmp / "pki", names) if tls else None
+    ports = free_ports(world_size)
+    peers = [f"127.0.0.1:{p}" for p in ports]
+    parties = Parties(tmp)
+    try:
+        for rank in range(world_size):
+            parties.start(PartySpec(
+                rank=rank, world_size=world_size, peers=peers, peer_names=names,
+                tls=pki[names[rank]] if pki else None, scenario=scenario,
+                out=str(tmp / f"rank{rank}"),
+                kwargs={"scenario": scenario_kwargs or {}, "session": session_kwargs or {}}))
+        return [parties.wait(rank, timeout) for rank in range(world_size)]
+    finally:
+        parties.kill_all()
