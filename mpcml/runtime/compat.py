@@ -23,8 +23,9 @@ _applied = False
 class _RegistryAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Resolves the registry's pre-2.1 import path, lazily, to where current torch keeps it."""
 
-    def find_spec(self, fullname: str, path: Any = None,
-                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != _LEGACY_REGISTRY:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
@@ -39,8 +40,10 @@ class _RegistryAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Make `import crypten` work on current torch, whenever it happens later. Cheap: imports
-    nothing. `import mpcml` calls it, so import mpcml before crypten."""
+    """Make `import crypten` work on current torch, whenever it happens later.
+
+    Cheap: imports nothing. `import mpcml` calls it, so import mpcml before crypten.
+    """
     # crypten/nn/onnx_converter.py imports the TorchScript ONNX exporter's symbolic registry by
     # its pre-2.1 path; current torch keeps the same registry under torchscript_exporter.
     if not any(isinstance(f, _RegistryAlias) for f in sys.meta_path):
@@ -52,14 +55,13 @@ def _export_pytorch_model(f: io.BytesIO, pytorch_model: Any, dummy_input: Any) -
     # TorchScript exporter: since torch 2.9 torch.onnx.export defaults to dynamo, which needs
     # onnxscript and ignores the symbolic registry CrypTen patches.
     import torch
-    from torch.onnx import OperatorExportTypes
-
     from crypten.nn import onnx_converter
+    from torch.onnx import OperatorExportTypes
 
     torch.onnx.export(
         pytorch_model,
         dummy_input,
-        f,
+        f,  # type: ignore[arg-type]  # a file object, as torch documents
         do_constant_folding=False,
         export_params=True,
         input_names=["input"],

@@ -52,9 +52,14 @@ class Session:
         crypten_comm.get().reset_communication_stats()
 
 
-def _validate(rank: int, world_size: int, peers: Sequence[str],
-              peer_names: Sequence[str] | None, tls: TLSFiles | None,
-              insecure: bool) -> tuple[str, ...]:
+def _validate(
+    rank: int,
+    world_size: int,
+    peers: Sequence[str],
+    peer_names: Sequence[str] | None,
+    tls: TLSFiles | None,
+    insecure: bool,
+) -> tuple[str, ...]:
     if world_size < 2:
         raise ValueError(f"world_size must be at least 2, got {world_size}")
     if not 0 <= rank < world_size:
@@ -66,12 +71,16 @@ def _validate(rank: int, world_size: int, peers: Sequence[str],
         if not sep or not host or not port.isdigit():
             raise ValueError(f"peers[{i}] = {address!r} is not HOST:PORT")
     if tls is None and not insecure:
-        raise ValueError("tls is required; pass insecure=True (and tls=None) only to debug "
-                         "over plaintext")
+        raise ValueError(
+            "tls is required; pass insecure=True (and tls=None) only to debug over plaintext"
+        )
     if tls is not None and insecure:
         raise ValueError("pass either tls or insecure=True, not both")
-    names = tuple(peer_names) if peer_names is not None else tuple(
-        f"party{i}" for i in range(world_size))
+    names = (
+        tuple(peer_names)
+        if peer_names is not None
+        else tuple(f"party{i}" for i in range(world_size))
+    )
     if len(names) != world_size:
         raise ValueError(f"peer_names lists {len(names)} names for world_size {world_size}")
     if len(set(names)) != world_size:
@@ -80,12 +89,20 @@ def _validate(rank: int, world_size: int, peers: Sequence[str],
 
 
 @contextmanager
-def session(rank: int, world_size: int, peers: Sequence[str], *,
-            tls: TLSFiles | None = None, peer_names: Sequence[str] | None = None,
-            insecure: bool = False, session_id: str = "mpcml-session",
-            connect_timeout: float = options.CONNECT_TIMEOUT_S, listen: str | None = None,
-            device: str | torch.device | None = None,
-            chunk_bytes: int = options.CHUNK_BYTES) -> Iterator[Session]:
+def session(
+    rank: int,
+    world_size: int,
+    peers: Sequence[str],
+    *,
+    tls: TLSFiles | None = None,
+    peer_names: Sequence[str] | None = None,
+    insecure: bool = False,
+    session_id: str = "mpcml-session",
+    connect_timeout: float = options.CONNECT_TIMEOUT_S,
+    listen: str | None = None,
+    device: str | torch.device | None = None,
+    chunk_bytes: int = options.CHUNK_BYTES,
+) -> Iterator[Session]:
     """Run CrypTen as party `rank` of `world_size`, talking to the others only over gRPC.
 
     `peers[i]` is the address party i listens on and `peer_names[i]` the name its certificate
@@ -96,16 +113,26 @@ def session(rank: int, world_size: int, peers: Sequence[str], *,
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
     if crypten.is_initialized():
-        raise TransportError("CrypTen is already initialised in this process: one session at a "
-                             "time")
+        raise TransportError(
+            "CrypTen is already initialised in this process: one session at a time"
+        )
     if insecure:
-        log.warning("mpcml session %r runs over PLAINTEXT gRPC with no authentication "
-                    "(insecure=True): use it only for debugging", session_id)
+        log.warning(
+            "mpcml session %r runs over PLAINTEXT gRPC with no authentication "
+            "(insecure=True): use it only for debugging",
+            session_id,
+        )
     if chunk_bytes < 1024:
         raise ValueError(f"chunk_bytes must be at least 1024, got {chunk_bytes}")
     infos = [PeerInfo(i, names[i], peers[i]) for i in range(world_size)]
-    transport = Transport(rank=rank, peers=infos, session_id=session_id, tls=tls,
-                          listen=listen, chunk_bytes=chunk_bytes)
+    transport = Transport(
+        rank=rank,
+        peers=infos,
+        session_id=session_id,
+        tls=tls,
+        listen=listen,
+        chunk_bytes=chunk_bytes,
+    )
     transport.start(connect_timeout)
     original = crypten_comm.DistributedCommunicator
     crypten_comm.DistributedCommunicator = GrpcCommunicator

@@ -30,8 +30,9 @@ class Issued:
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    data = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -55,15 +56,27 @@ def init_ca(out: str | Path, name: str = "mpcml-ca", days: int = 3650) -> Issued
     now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(key, hashes.SHA256())
     )
     issued = Issued(out / "ca.pem", out / "ca.key")
@@ -72,9 +85,16 @@ def init_ca(out: str | Path, name: str = "mpcml-ca", days: int = 3650) -> Issued
     return issued
 
 
-def issue(ca_dir: str | Path, name: str, *, role: str = "party", sans: tuple[str, ...] = (),
-          out: str | Path | None = None, days: int = 825,
-          not_before: dt.datetime | None = None) -> Issued:
+def issue(
+    ca_dir: str | Path,
+    name: str,
+    *,
+    role: str = "party",
+    sans: tuple[str, ...] = (),
+    out: str | Path | None = None,
+    days: int = 825,
+    not_before: dt.datetime | None = None,
+) -> Issued:
     """Issue `out/<name>.pem` and `out/<name>.key`, signed by the CA in `ca_dir`.
 
     `sans` are DNS names or IP addresses; `name` itself is always added as a DNS name.
@@ -96,17 +116,27 @@ def issue(ca_dir: str | Path, name: str, *, role: str = "party", sans: tuple[str
     start = not_before or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([
-            x509.NameAttribute(NameOID.COMMON_NAME, name),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-        ]))
-        .issuer_name(ca_cert.subject).public_key(key.public_key())
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.COMMON_NAME, name),
+                    x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
+                ]
+            )
+        )
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(start + dt.timedelta(days=days))
+        .not_valid_before(start)
+        .not_valid_after(start + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     issued = Issued(out_dir / f"{name}.pem", out_dir / f"{name}.key")

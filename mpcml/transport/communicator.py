@@ -8,7 +8,7 @@ statistics (rounds, bytes) count exactly what they count over torch.distributed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch
 from crypten.communicator.communicator import Communicator, _logging
@@ -17,6 +17,13 @@ from torch.distributed import ReduceOp
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport.errors import ProtocolError, TransportError
 from mpcml.transport.transport import Transport
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _counted(func: _F) -> _F:
+    # CrypTen's statistics decorator, keyed on the method name, typed for mypy.
+    return cast(_F, _logging(func))
 
 
 class Request:
@@ -40,17 +47,19 @@ def _fill(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
     # Like torch.distributed, only the element count and type must match: CrypTen itself
     # sends a 0-d seed into a 1-element buffer.
     if target.numel() != received.numel() or target.dtype != received.dtype:
-        raise ProtocolError(f"{what}: received a {received.dtype} tensor of shape "
-                            f"{tuple(received.shape)}, expected {target.dtype} of shape "
-                            f"{tuple(target.shape)}: the parties' computations diverged")
+        raise ProtocolError(
+            f"{what}: received a {received.dtype} tensor of shape "
+            f"{tuple(received.shape)}, expected {target.dtype} of shape "
+            f"{tuple(target.shape)}: the parties' computations diverged"
+        )
     target.copy_(received.reshape(target.shape))
 
 
-def _combine(op: Any) -> Callable[[torch.Tensor, torch.Tensor], None]:
+def _combine(op: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     if op == ReduceOp.SUM:
-        return lambda acc, x: acc.add_(x)
+        return torch.Tensor.add_
     if op == ReduceOp.BXOR:
-        return lambda acc, x: acc.bitwise_xor_(x)
+        return torch.Tensor.bitwise_xor_
     raise TransportError(f"reduce op {op} is not supported (only SUM and BXOR)")
 
 
@@ -64,9 +73,12 @@ def _split_into(targets: list[torch.Tensor], flat: torch.Tensor) -> list[torch.T
         return [flat.reshape(targets[0].shape)]
     sizes = [t.numel() for t in targets]
     if sum(sizes) != flat.numel():
-        raise ProtocolError(f"batched message of {flat.numel()} elements, expected "
-                            f"{sum(sizes)}: the parties' computations diverged")
-    return [piece.reshape(t.shape) for piece, t in zip(flat.split(sizes), targets, strict=True)]
+        raise ProtocolError(
+            f"batched message of {flat.numel()} elements, expected "
+            f"{sum(sizes)}: the parties' computations diverged"
+        )
+    pieces = torch.split(flat, sizes)
+    return [piece.reshape(t.shape) for piece, t in zip(pieces, targets, strict=True)]
 
 
 class GrpcCommunicator(Communicator):  # type: ignore[misc]
@@ -91,8 +103,10 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     def initialize(cls, rank: int = 0, world_size: int = 1, init_ttp: bool = False) -> None:
         """Called by `crypten.init()` with placeholder arguments; the session has the real ones."""
         if init_ttp:
-            raise TransportError("CrypTen's TTP provider runs over torch.distributed and is "
-                                 "not available over the gRPC data plane")
+            raise TransportError(
+                "CrypTen's TTP provider runs over torch.distributed and is "
+                "not available over the gRPC data plane"
+            )
         if cls.pending is None:
             raise TransportError("start CrypTen with mpcml.session(...), not crypten.init()")
         cls.instance = cls(cls.pending)
@@ -119,15 +133,15 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     def _peers(self) -> list[int]:
         return [r for r in range(self.world_size) if r != self.rank]
 
-    def _recv_into(self, target: torch.Tensor, src: int, op: int, what: str) -> None:
+    def _recv_into(self, target: torch.Tensor, src: int, op: pb.Op, what: str) -> None:
         _fill(target, self.transport.recv(src, op).tensor_or_raise(), what)
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def send(self, tensor: Any, dst: int) -> None:
         """Send `tensor` to `dst`."""
         self.transport.send_tensor(dst, pb.OP_SEND, tensor.data)
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def recv(self, tensor: Any, src: int | None = None) -> Any:
         """Receive a tensor shaped like `tensor` from `src`; returns a new tensor."""
         if src is None:
@@ -136,13 +150,13 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         self._recv_into(result.data, src, pb.OP_SEND, f"recv from rank {src}")
         return result
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def isend(self, tensor: Any, dst: int) -> Request:
         """Send without blocking (the data is copied at once)."""
         self.transport.send_tensor(dst, pb.OP_SEND, tensor.data)
         return Request()
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def irecv(self, tensor: Any, src: int | None = None) -> Request:
         """Post a receive into `tensor`; it is filled in place by `wait()`."""
         if src is None:
@@ -157,9 +171,10 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
 
     # -- collectives ---------------------------------------------------------------------------
 
-    @_logging  # type: ignore[misc]
-    def scatter(self, scatter_list: list[Any], src: int, size: Any = None,
-                device: Any = None) -> Any:
+    @_counted
+    def scatter(
+        self, scatter_list: list[Any], src: int, size: Any = None, device: Any = None
+    ) -> Any:
         """Send `scatter_list[i]` from `src` to party i."""
         if src == self.rank:
             for r in self._peers():
@@ -176,7 +191,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         self._recv_into(tensor, src, pb.OP_SCATTER, f"scatter from rank {src}")
         return tensor
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def reduce(self, input: Any, dst: int, op: Any = ReduceOp.SUM, batched: bool = False) -> Any:
         """Combine every party's tensor(s) with `op` at `dst`."""
         combine = _combine(op)
@@ -192,7 +207,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
                 combine(acc, part.to(acc.device))
         return result if batched else result[0]
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def all_reduce(self, input: Any, op: Any = ReduceOp.SUM, batched: bool = False) -> Any:
         """Combine every party's tensor(s) with `op`; every party gets the result."""
         combine = _combine(op)
@@ -208,7 +223,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
                 combine(acc, part.to(acc.device))
         return result if batched else result[0]
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def gather(self, tensor: Any, dst: int) -> list[Any]:
         """Collect every party's tensor at `dst` (others get `[None]`)."""
         if self.rank != dst:
@@ -224,7 +239,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
             result.append(out)
         return result
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def all_gather(self, tensor: Any) -> list[Any]:
         """Every party gets every party's tensor."""
         for dst in self._peers():
@@ -239,7 +254,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
             result.append(out)
         return result
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def broadcast(self, input: Any, src: int, group: Any = None, batched: bool = False) -> Any:
         """Overwrite every party's tensor(s) with those of `src`, in place."""
         inputs = list(input) if batched else [input]
@@ -254,7 +269,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
                 _fill(target, part, f"broadcast from rank {src}")
         return input
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def barrier(self) -> None:
         """Return once every party has entered the barrier."""
         for dst in self._peers():
@@ -264,17 +279,17 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
 
     # -- objects (schema'd, never pickled) -----------------------------------------------------
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def send_obj(self, obj: Any, dst: int, group: Any = None) -> None:
         """Send a small structured object to `dst`."""
         self.transport.send_object(dst, pb.OP_OBJECT, obj)
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def recv_obj(self, src: int, group: Any = None) -> Any:
         """Receive a small structured object from `src`."""
         return self.transport.recv(src, pb.OP_OBJECT).value
 
-    @_logging  # type: ignore[misc]
+    @_counted
     def broadcast_obj(self, obj: Any, src: int, group: Any = None) -> Any:
         """Every party gets `src`'s object."""
         if self.rank == src:
@@ -290,7 +305,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         return self.world_size
 
     def get_rank(self) -> int:
-        """This party's rank."""
+        """Rank of this party."""
         return self.rank
 
     def get_ttp_rank(self) -> int:

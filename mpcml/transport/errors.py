@@ -8,8 +8,11 @@ from __future__ import annotations
 
 
 class TransportError(Exception):
-    """The data plane failed: a peer is unreachable, died, presented the wrong identity, or sent
-    something that does not fit the protocol. The message names the peer and what went wrong."""
+    """The data plane failed; the message names the peer and what went wrong.
+
+    A peer is unreachable, died, presented the wrong identity, or sent something that does not
+    fit the protocol.
+    """
 
 
 class PeerConnectError(TransportError):

@@ -22,7 +22,7 @@ import torch
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport.errors import ProtocolError, TransportError
 
-_DTYPES: dict[torch.dtype, int] = {
+_DTYPES: dict[torch.dtype, pb.DType] = {
     torch.int64: pb.DTYPE_INT64,
     torch.int32: pb.DTYPE_INT32,
     torch.int16: pb.DTYPE_INT16,
@@ -46,15 +46,17 @@ class Message:
     """One complete message received from a peer."""
 
     seq: int
-    op: int
+    op: pb.Op
     tensor: torch.Tensor | None = None
     value: Any = None
 
     def tensor_or_raise(self) -> torch.Tensor:
         """The tensor of a tensor message; an object where a tensor belongs is a desync."""
         if self.tensor is None:
-            raise ProtocolError(f"message {self.seq} carries an object where a tensor was "
-                                "expected: the parties' computations diverged")
+            raise ProtocolError(
+                f"message {self.seq} carries an object where a tensor was "
+                "expected: the parties' computations diverged"
+            )
         return self.tensor
 
 
@@ -76,8 +78,9 @@ def tensor_header(tensor: torch.Tensor) -> pb.TensorHeader:
         dtype = _DTYPES[tensor.dtype]
     except KeyError:
         raise TransportError(f"tensors of dtype {tensor.dtype} cannot be sent") from None
-    return pb.TensorHeader(dtype=dtype, shape=list(tensor.shape),
-                           nbytes=tensor.numel() * tensor.element_size())
+    return pb.TensorHeader(
+        dtype=dtype, shape=list(tensor.shape), nbytes=tensor.numel() * tensor.element_size()
+    )
 
 
 def _host_bytes(tensor: torch.Tensor) -> memoryview:
@@ -85,10 +88,10 @@ def _host_bytes(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy())
+    return memoryview(flat.view(torch.uint8).numpy().data)
 
 
-def tensor_frames(seq: int, op: int, tensor: torch.Tensor, chunk_bytes: int) -> list[bytes]:
+def tensor_frames(seq: int, op: pb.Op, tensor: torch.Tensor, chunk_bytes: int) -> list[bytes]:
     """The encoded frames of one tensor message."""
     header = tensor_header(tensor)
     data = _host_bytes(tensor)
@@ -98,7 +101,7 @@ def tensor_frames(seq: int, op: int, tensor: torch.Tensor, chunk_bytes: int) -> 
         frame = pb.Frame(kind=pb.FRAME_KIND_TENSOR, seq=seq, op=op, chunk=i, chunks=chunks)
         if i == 0:
             frame.header.CopyFrom(header)
-        piece = data[i * chunk_bytes:(i + 1) * chunk_bytes]
+        piece = data[i * chunk_bytes : (i + 1) * chunk_bytes]
         prefix = frame.SerializeToString()
         if len(piece):
             frames.append(b"".join((prefix, _DATA_TAG, _varint(len(piece)), piece)))
@@ -107,14 +110,14 @@ def tensor_frames(seq: int, op: int, tensor: torch.Tensor, chunk_bytes: int) -> 
     return frames
 
 
-def object_frame(seq: int, op: int, obj: Any) -> bytes:
+def object_frame(seq: int, op: pb.Op, obj: Any) -> bytes:
     """The encoded frame of one object message."""
     frame = pb.Frame(kind=pb.FRAME_KIND_OBJECT, seq=seq, op=op, chunk=0, chunks=1)
     frame.value.CopyFrom(to_value(obj))
     return frame.SerializeToString()
 
 
-def control_frame(seq: int, kind: int, reason: str = "") -> bytes:
+def control_frame(seq: int, kind: pb.FrameKind, reason: str = "") -> bytes:
     """A CLOSE or ABORT frame."""
     return pb.Frame(kind=kind, seq=seq, reason=reason).SerializeToString()
 
@@ -157,7 +160,8 @@ def to_value(obj: Any, depth: int = 0) -> pb.Value:
     else:
         raise TransportError(
             f"objects of type {type(obj).__name__} cannot be sent: the data plane carries only "
-            "None, bool, int, float, str, bytes, list, tuple, dict, torch.Size and tensors")
+            "None, bool, int, float, str, bytes, list, tuple, dict, torch.Size and tensors"
+        )
     return v
 
 
@@ -189,8 +193,10 @@ def from_value(v: pb.Value, depth: int = 0) -> Any:
         tensor = empty_tensor(v.tensor_value.header)
         data = v.tensor_value.data
         if len(data) != v.tensor_value.header.nbytes:
-            raise ProtocolError(f"inline tensor has {len(data)} bytes, its header says "
-                                f"{v.tensor_value.header.nbytes}")
+            raise ProtocolError(
+                f"inline tensor has {len(data)} bytes, its header says "
+                f"{v.tensor_value.header.nbytes}"
+            )
         if data:
             _byte_view(tensor)[:] = np.frombuffer(data, dtype=np.uint8)
         return tensor
@@ -207,8 +213,10 @@ def empty_tensor(header: pb.TensorHeader) -> torch.Tensor:
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = math.prod(header.shape) * itemsize
     if nbytes != header.nbytes:
-        raise ProtocolError(f"tensor header says {header.nbytes} bytes, shape "
-                            f"{list(header.shape)} of {dtype} needs {nbytes}")
+        raise ProtocolError(
+            f"tensor header says {header.nbytes} bytes, shape "
+            f"{list(header.shape)} of {dtype} needs {nbytes}"
+        )
     if nbytes > MAX_TENSOR_BYTES:
         raise ProtocolError(f"tensor of {nbytes} bytes exceeds the limit of {MAX_TENSOR_BYTES}")
     return torch.empty(tuple(header.shape), dtype=dtype)
@@ -227,15 +235,16 @@ class Assembler:
         self._tensor: torch.Tensor | None = None
         self._view: np.ndarray | None = None
         self._offset = 0
-        self._op = 0
+        self._op = pb.OP_UNSPECIFIED
         self._chunks = 0
         self._chunk = 0
 
     def feed(self, frame: pb.Frame) -> Message | None:
         """Take one TENSOR or OBJECT frame; returns a message when one is complete."""
         if frame.seq != self.next_seq:
-            raise ProtocolError(f"frame for message {frame.seq} arrived, expected message "
-                                f"{self.next_seq}")
+            raise ProtocolError(
+                f"frame for message {frame.seq} arrived, expected message {self.next_seq}"
+            )
         if frame.kind == pb.FRAME_KIND_OBJECT:
             if self._tensor is not None:
                 raise ProtocolError("object frame inside an unfinished tensor message")
@@ -245,8 +254,9 @@ class Assembler:
             raise ProtocolError(f"unexpected frame kind {frame.kind}")
         if self._tensor is None:
             if frame.chunk != 0 or not frame.HasField("header"):
-                raise ProtocolError(f"message {frame.seq} starts with chunk {frame.chunk} "
-                                    "and no header")
+                raise ProtocolError(
+                    f"message {frame.seq} starts with chunk {frame.chunk} and no header"
+                )
             if frame.chunks < 1:
                 raise ProtocolError(f"message {frame.seq} announces {frame.chunks} chunks")
             self._tensor = empty_tensor(frame.header)
@@ -254,23 +264,24 @@ class Assembler:
             self._offset, self._op = 0, frame.op
             self._chunks, self._chunk = frame.chunks, 0
         elif frame.chunk != self._chunk or frame.op != self._op:
-            raise ProtocolError(f"chunk {frame.chunk} of message {frame.seq} arrived, "
-                                f"expected chunk {self._chunk}")
+            raise ProtocolError(
+                f"chunk {frame.chunk} of message {frame.seq} arrived, expected chunk {self._chunk}"
+            )
         n = len(frame.data)
         total = 0 if self._view is None else len(self._view)
         if self._offset + n > total:
-            raise ProtocolError(f"message {frame.seq} carries more data than its header's "
-                                f"{total} bytes")
+            raise ProtocolError(
+                f"message {frame.seq} carries more data than its header's {total} bytes"
+            )
         if n:
             assert self._view is not None
-            self._view[self._offset:self._offset + n] = np.frombuffer(frame.data, np.uint8)
+            self._view[self._offset : self._offset + n] = np.frombuffer(frame.data, np.uint8)
         self._offset += n
         self._chunk += 1
         if self._chunk < self._chunks:
             return None
         if self._offset != total:
-            raise ProtocolError(f"message {frame.seq} ended after {self._offset} of {total} "
-                                "bytes")
+            raise ProtocolError(f"message {frame.seq} ended after {self._offset} of {total} bytes")
         tensor, self._tensor, self._view = self._tensor, None, None
         self.bytes_received += total
         self.next_seq += 1

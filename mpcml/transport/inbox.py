@@ -67,5 +67,6 @@ class Inbox:
                 if self._closed and ticket >= self._arrived:
                     raise PeerFailedError(
                         f"{self._peer} closed its session while this party still expected "
-                        f"message {ticket} from it: the parties' computations diverged")
+                        f"message {ticket} from it: the parties' computations diverged"
+                    )
                 self._cond.wait()

@@ -44,19 +44,35 @@ class PeerInfo:
         return f"rank {self.rank} ({self.name!r} at {self.address})"
 
 
-_TLS_HINTS = ("ssl", "handshake", "certificate", "peer name", "tls", "alert")
+# Words in gRPC's connection errors that mean the TLS handshake, not the network, failed.
+_TLS_HINTS = (
+    "ssl",
+    "handshake",
+    "certificate",
+    "peer name",
+    "tls",
+    "alert",
+    "verification",
+    "hostname",
+)
 
 
-def hello(channel: grpc.Channel, peer: PeerInfo, request: pb.HelloRequest, deadline: float,
-          tls: TLSFiles | None) -> None:
+def hello(
+    channel: grpc.Channel,
+    peer: PeerInfo,
+    request: pb.HelloRequest,
+    deadline: float,
+    tls: TLSFiles | None,
+) -> None:
     """Wait until `peer` answers Hello as the party we expect, or raise an error saying why."""
     stub = dataplane_pb2_grpc.DataPlaneStub(channel)
     backoff, last = 0.05, "no answer"
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise PeerConnectError(f"{peer.label()} did not come up within the connect "
-                                   f"timeout; last error: {last}")
+            raise PeerConnectError(
+                f"{peer.label()} did not come up within the connect timeout; last error: {last}"
+            )
         try:
             reply = stub.Hello(request, timeout=min(remaining, 5.0))
         except grpc.RpcError as exc:
@@ -69,16 +85,20 @@ def hello(channel: grpc.Channel, peer: PeerInfo, request: pb.HelloRequest, deadl
             if tls is not None and any(h in details.lower() for h in _TLS_HINTS):
                 reason = diagnose_peer(peer.address, tls, peer.name)
                 if reason is None and "alert" in details.lower():
-                    reason = ("it rejected this party's certificate during the TLS handshake "
-                              f"({details.strip()}); is it issued by the CA the peer trusts?")
+                    reason = (
+                        "it rejected this party's certificate during the TLS handshake "
+                        f"({details.strip()}); is it issued by the CA the peer trusts?"
+                    )
                 if reason is not None:
                     raise PeerIdentityError(f"{peer.label()}: {reason}") from None
             time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, 1.0)
             continue
         if reply.rank != peer.rank or reply.session_id != request.session_id:
-            last = (f"it answered as rank {reply.rank} of session {reply.session_id!r}, "
-                    f"expected rank {peer.rank} of {request.session_id!r}")
+            last = (
+                f"it answered as rank {reply.rank} of session {reply.session_id!r}, "
+                f"expected rank {peer.rank} of {request.session_id!r}"
+            )
             time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             continue
         return
@@ -87,8 +107,9 @@ def hello(channel: grpc.Channel, peer: PeerInfo, request: pb.HelloRequest, deadl
 class Link:
     """The stream from this party to one peer."""
 
-    def __init__(self, peer: PeerInfo, channel: grpc.Channel,
-                 on_failure: Callable[[TransportError], None]) -> None:
+    def __init__(
+        self, peer: PeerInfo, channel: grpc.Channel, on_failure: Callable[[TransportError], None]
+    ) -> None:
         self.peer = peer
         self.bytes_sent = 0
         self._channel = channel
@@ -97,12 +118,15 @@ class Link:
         self._lock = threading.Lock()
         self._seq = 0
         self._ended = False
-        self._future: grpc.Future | None = None
+        self._future: grpc.Future[pb.StreamSummary] | None = None
 
     def open(self, session_id: str, my_rank: int) -> None:
         """Start the stream; frames flow as soon as they are queued."""
-        call = self._channel.stream_unary(STREAM_METHOD, request_serializer=None,
-                                          response_deserializer=pb.StreamSummary.FromString)
+        call = self._channel.stream_unary(
+            STREAM_METHOD,
+            request_serializer=None,
+            response_deserializer=pb.StreamSummary.FromString,
+        )
         metadata = (("mpcml-session", session_id), ("mpcml-rank", str(my_rank)))
         self._future = call.future(self._frames(), metadata=metadata)
         self._future.add_done_callback(self._done)
@@ -114,7 +138,7 @@ class Link:
                 return
             yield item
 
-    def _done(self, future: grpc.Future) -> None:
+    def _done(self, future: grpc.Future[pb.StreamSummary]) -> None:
         if future.cancelled():
             return
         exc = future.exception()

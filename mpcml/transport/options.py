@@ -15,6 +15,10 @@ KEEPALIVE_TIMEOUT_MS = 3000
 CONNECT_TIMEOUT_S = 30.0
 """Default time a session waits for every peer to come up."""
 
+IDENTITY_LINGER_S = 2.0
+"""After refusing a peer's identity, keep serving this long so the peer can see our certificate
+and report the mismatch itself, instead of a bare "connection refused"."""
+
 CLOSE_TIMEOUT_S = 10.0
 """Time a closing session waits for its peers to finish delivering and close theirs."""
 
@@ -31,6 +35,7 @@ def channel_options(chunk_bytes: int, target_name: str | None) -> list[tuple[str
         ("grpc.max_receive_message_length", max_message_bytes(chunk_bytes)),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # Each session gets its own connection, never one shared with an earlier session.
@@ -50,7 +55,9 @@ def server_options(chunk_bytes: int) -> list[tuple[str, int | str]]:
         ("grpc.max_receive_message_length", max_message_bytes(chunk_bytes)),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),

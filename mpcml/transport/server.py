@@ -32,19 +32,24 @@ class DataPlaneServicer:
     def _check_caller(self, rank: int, session_id: str, context: grpc.ServicerContext) -> None:
         t = self._t
         if session_id != t.session_id:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{t.me.label()} serves session {t.session_id!r}, not {session_id!r}")
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{t.me.label()} serves session {t.session_id!r}, not {session_id!r}",
+            )
         if not 0 <= rank < t.world_size or rank == t.rank:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"rank {rank} is not a peer of {t.me.label()} "
-                          f"(world size {t.world_size})")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"rank {rank} is not a peer of {t.me.label()} (world size {t.world_size})",
+            )
         if t.insecure:
             return
         expected = t.peers[rank].name
         presented = caller_common_name(context)
         if presented != expected:
-            message = (f"{t.me.label()} refused a caller claiming rank {rank}: expected a "
-                       f"certificate for {expected!r}, it presented {presented!r}")
+            message = (
+                f"rank {rank} must present a certificate for {expected!r}, the caller "
+                f"presented {presented!r}"
+            )
             t.note_rejection(rank, message)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
 
@@ -52,28 +57,35 @@ class DataPlaneServicer:
         """Answer a peer that is about to open its stream."""
         self._check_caller(request.rank, request.session_id, context)
         if request.world_size != self._t.world_size:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{self._t.me.label()} expects {self._t.world_size} parties, the "
-                          f"caller {request.world_size}")
-        return pb.HelloReply(session_id=self._t.session_id, rank=self._t.rank,
-                             world_size=self._t.world_size)
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{self._t.me.label()} expects {self._t.world_size} parties, the "
+                f"caller {request.world_size}",
+            )
+        return pb.HelloReply(
+            session_id=self._t.session_id, rank=self._t.rank, world_size=self._t.world_size
+        )
 
-    def Stream(self, request_iterator: Iterator[pb.Frame],
-               context: grpc.ServicerContext) -> pb.StreamSummary:
+    def Stream(
+        self, request_iterator: Iterator[pb.Frame], context: grpc.ServicerContext
+    ) -> pb.StreamSummary:
         """Receive every message one peer sends this party during the session."""
         metadata = dict(context.invocation_metadata())
         try:
             rank = int(metadata.get("mpcml-rank", ""))
         except ValueError:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "missing or malformed mpcml-rank metadata")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "missing or malformed mpcml-rank metadata"
+            )
         self._check_caller(rank, str(metadata.get("mpcml-session", "")), context)
         t = self._t
         peer = t.peers[rank]
         inbox = t.inbound_opened(rank)
         if inbox is None:
-            context.abort(grpc.StatusCode.ALREADY_EXISTS,
-                          f"{peer.label()} already has a stream open to {t.me.label()}")
+            context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"{peer.label()} already has a stream open to {t.me.label()}",
+            )
         assembler = Assembler()
         try:
             for frame in request_iterator:
@@ -82,19 +94,30 @@ class DataPlaneServicer:
                     t.inbound_closed(rank)
                     break
                 if frame.kind == pb.FRAME_KIND_ABORT:
-                    t.fail(PeerFailedError(f"{peer.label()} aborted the session: "
-                                           f"{frame.reason or 'no reason given'}"))
+                    t.fail(
+                        PeerFailedError(
+                            f"{peer.label()} aborted the session: "
+                            f"{frame.reason or 'no reason given'}"
+                        )
+                    )
                     break
                 message = assembler.feed(frame)
                 if message is not None:
                     inbox.put(message)
             else:
-                t.fail(PeerFailedError(f"lost the connection from {peer.label()}: its stream "
-                                       "ended without closing the session"))
+                t.fail(
+                    PeerFailedError(
+                        f"lost the connection from {peer.label()}: its stream "
+                        "ended without closing the session"
+                    )
+                )
         except ProtocolError as exc:
             t.fail(ProtocolError(f"{peer.label()} sent a malformed stream: {exc}"))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except grpc.RpcError:
-            t.fail(PeerFailedError(f"lost the connection from {peer.label()}: the peer died or "
-                                   "became unreachable"))
+            t.fail(
+                PeerFailedError(
+                    f"lost the connection from {peer.label()}: the peer died or became unreachable"
+                )
+            )
         return pb.StreamSummary(messages=assembler.next_seq, bytes=assembler.bytes_received)

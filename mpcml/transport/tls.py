@@ -30,8 +30,11 @@ class TLSFiles:
     def read(self) -> tuple[bytes, bytes, bytes]:
         """The (ca, cert, key) PEM bytes; a missing file raises an error naming it."""
         out = []
-        for what, path in (("CA certificate", self.ca), ("certificate", self.cert),
-                           ("private key", self.key)):
+        for what, path in (
+            ("CA certificate", self.ca),
+            ("certificate", self.cert),
+            ("private key", self.key),
+        ):
             try:
                 out.append(Path(path).read_bytes())
             except OSError as exc:
@@ -74,15 +77,17 @@ def pem_names(pem: bytes) -> CertNames:
 def server_credentials(tls: TLSFiles) -> grpc.ServerCredentials:
     """Server side: present our certificate and require one from our CA."""
     ca, cert, key = tls.read()
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
-                                       require_client_auth=True)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=True
+    )
 
 
 def channel_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
     """Client side: trust only our CA and present our certificate."""
     ca, cert, key = tls.read()
-    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
-                                        certificate_chain=cert)
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=cert
+    )
 
 
 def caller_common_name(context: grpc.ServicerContext) -> str | None:
@@ -100,8 +105,9 @@ def _split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def diagnose_peer(address: str, tls: TLSFiles, expected_name: str,
-                  timeout: float = 3.0) -> str | None:
+def diagnose_peer(
+    address: str, tls: TLSFiles, expected_name: str, timeout: float = 3.0
+) -> str | None:
     """Why a TLS connection to `address` fails our checks, or None if it passes or cannot tell.
 
     Called only after gRPC reported a failure, to turn it into a message that says which
@@ -113,12 +119,16 @@ def diagnose_peer(address: str, tls: TLSFiles, expected_name: str,
     context.load_cert_chain(str(tls.cert), str(tls.key))
     host, port = _split_address(address)
     try:
-        with socket.create_connection((host, port), timeout=timeout) as raw, \
-                context.wrap_socket(raw, server_hostname=_sni(host)) as conn:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=_sni(host)) as conn,
+        ):
             der = conn.getpeercert(binary_form=True)
     except ssl.SSLCertVerificationError as exc:
-        return (f"its certificate is not accepted by our CA ({exc.verify_message}); "
-                f"expected a certificate for {expected_name!r} issued by our CA")
+        return (
+            f"its certificate is not accepted by our CA ({exc.verify_message}); "
+            f"expected a certificate for {expected_name!r} issued by our CA"
+        )
     except (OSError, ssl.SSLError):
         return None
     if der is None:

@@ -1,5 +1,6 @@
-"""One party's end of an MPC session's data plane: its server, its streams to every peer, and the
-inboxes of what the peers sent.
+"""One party's end of an MPC session's data plane.
+
+It holds the party's server, its streams to every peer, and the inboxes of what the peers sent.
 
 The session is fail-stop: the first failure anywhere (a peer dies, aborts, sends garbage) fails
 every pending and future call on this party with an error naming that peer, and is passed on to
@@ -23,7 +24,12 @@ from grpc_reflection.v1alpha import reflection
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.proto.v1 import dataplane_pb2_grpc
 from mpcml.transport import framing, options
-from mpcml.transport.errors import PeerConnectError, ProtocolError, TransportError
+from mpcml.transport.errors import (
+    PeerConnectError,
+    PeerIdentityError,
+    ProtocolError,
+    TransportError,
+)
 from mpcml.transport.inbox import Inbox
 from mpcml.transport.link import Link, PeerInfo, hello
 from mpcml.transport.server import DataPlaneServicer
@@ -31,16 +37,25 @@ from mpcml.transport.tls import TLSFiles, channel_credentials, server_credential
 
 log = logging.getLogger(__name__)
 
-_OP_NAMES = {v.number: v.name.removeprefix("OP_").lower()
-             for v in pb.DESCRIPTOR.enum_types_by_name["Op"].values}
+_OP_NAMES = {
+    v.number: v.name.removeprefix("OP_").lower()
+    for v in pb.DESCRIPTOR.enum_types_by_name["Op"].values
+}
 
 
 class Transport:
     """The data plane of one party in one session."""
 
-    def __init__(self, *, rank: int, peers: Sequence[PeerInfo], session_id: str,
-                 tls: TLSFiles | None, listen: str | None = None,
-                 chunk_bytes: int = options.CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        rank: int,
+        peers: Sequence[PeerInfo],
+        session_id: str,
+        tls: TLSFiles | None,
+        listen: str | None = None,
+        chunk_bytes: int = options.CHUNK_BYTES,
+    ) -> None:
         self.rank = rank
         self.world_size = len(peers)
         self.peers = list(peers)
@@ -70,14 +85,21 @@ class Transport:
             self._serve()
             self._connect(deadline)
             self._await_inbound(deadline, connect_timeout)
+        except PeerIdentityError:
+            time.sleep(options.IDENTITY_LINGER_S)
+            self.stop()
+            raise
         except BaseException:
             self.stop()
             raise
 
     def _serve(self) -> None:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.world_size + 8,
-                                                        thread_name_prefix="mpcml-dataplane"),
-                             options=options.server_options(self.chunk_bytes))
+        server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=self.world_size + 8, thread_name_prefix="mpcml-dataplane"
+            ),
+            options=options.server_options(self.chunk_bytes),
+        )
         dataplane_pb2_grpc.add_DataPlaneServicer_to_server(DataPlaneServicer(self), server)
         health_servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -85,30 +107,36 @@ class Transport:
         for name in ("", service):
             health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         reflection.enable_server_reflection(
-            (service, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+            (service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
         try:
             if self.tls is None:
                 port = server.add_insecure_port(self._listen)
             else:
                 port = server.add_secure_port(self._listen, server_credentials(self.tls))
         except RuntimeError as exc:
-            raise PeerConnectError(f"{self.me.label()} cannot listen on {self._listen}: {exc}"
-                                   ) from None
+            raise PeerConnectError(
+                f"{self.me.label()} cannot listen on {self._listen}: {exc}"
+            ) from None
         if port == 0:
-            raise PeerConnectError(f"{self.me.label()} cannot listen on {self._listen}: the "
-                                   "address is in use or not local")
+            raise PeerConnectError(
+                f"{self.me.label()} cannot listen on {self._listen}: the "
+                "address is in use or not local"
+            )
         server.start()
         self._server = server
 
     def _connect(self, deadline: float) -> None:
-        request = pb.HelloRequest(session_id=self.session_id, rank=self.rank,
-                                  world_size=self.world_size)
+        request = pb.HelloRequest(
+            session_id=self.session_id, rank=self.rank, world_size=self.world_size
+        )
         credentials = channel_credentials(self.tls) if self.tls is not None else None
         for peer in self.peers:
             if peer.rank == self.rank:
                 continue
-            opts = options.channel_options(self.chunk_bytes,
-                                           None if self.tls is None else peer.name)
+            opts = options.channel_options(
+                self.chunk_bytes, None if self.tls is None else peer.name
+            )
             if credentials is None:
                 channel = grpc.insecure_channel(peer.address, options=opts)
             else:
@@ -125,8 +153,10 @@ class Transport:
                 peer = self.peers[rank]
                 why = self._rejections.get(rank)
                 detail = f"; it was refused: {why}" if why else ""
-                raise PeerConnectError(f"{peer.label()} did not open its stream to this party "
-                                       f"within {connect_timeout:g} s{detail}")
+                raise PeerConnectError(
+                    f"{peer.label()} did not open its stream to this party "
+                    f"within {connect_timeout:g} s{detail}"
+                )
             self._raise_if_failed()
 
     # -- called by the servicer ----------------------------------------------------------------
@@ -145,7 +175,7 @@ class Transport:
 
     def note_rejection(self, rank: int, message: str) -> None:
         """Remember why a caller claiming `rank` was refused, for the connect-timeout error."""
-        log.warning("%s", message)
+        log.warning("%s refused a caller claiming rank %d: %s", self.me.label(), rank, message)
         self._rejections[rank] = message
 
     # -- failure -------------------------------------------------------------------------------
@@ -162,8 +192,11 @@ class Transport:
         for event in self._inbound_done.values():
             event.set()
         for link in list(self._links.values()):
-            link.end(framing.control_frame(link.seq(), pb.FRAME_KIND_ABORT,
-                                           f"{self.me.label()} failed: {error}"))
+            link.end(
+                framing.control_frame(
+                    link.seq(), pb.FRAME_KIND_ABORT, f"{self.me.label()} failed: {error}"
+                )
+            )
 
     @property
     def failure(self) -> TransportError | None:
@@ -183,12 +216,11 @@ class Transport:
         except KeyError:
             raise TransportError(f"rank {dst} is not a peer of {self.me.label()}") from None
 
-    def send_tensor(self, dst: int, op: int, tensor: torch.Tensor) -> None:
+    def send_tensor(self, dst: int, op: pb.Op, tensor: torch.Tensor) -> None:
         """Queue a tensor for `dst`."""
-        self._link(dst).send(
-            lambda seq: framing.tensor_frames(seq, op, tensor, self.chunk_bytes))
+        self._link(dst).send(lambda seq: framing.tensor_frames(seq, op, tensor, self.chunk_bytes))
 
-    def send_object(self, dst: int, op: int, obj: Any) -> None:
+    def send_object(self, dst: int, op: pb.Op, obj: Any) -> None:
         """Queue a schema'd object for `dst`."""
         self._link(dst).send(lambda seq: [framing.object_frame(seq, op, obj)])
 
@@ -198,19 +230,20 @@ class Transport:
             raise TransportError(f"rank {src} is not a peer of {self.me.label()}")
         return self._inboxes[src].ticket()
 
-    def take(self, src: int, ticket: int, op: int) -> framing.Message:
+    def take(self, src: int, ticket: int, op: pb.Op) -> framing.Message:
         """Wait for the reserved message from `src` and check it belongs to the same call."""
         message = self._inboxes[src].take(ticket)
         if message.op != op:
             error = ProtocolError(
                 f"{self.me.label()} expected a {_OP_NAMES.get(op, op)} message from "
                 f"{self.peers[src].label()}, received {_OP_NAMES.get(message.op, message.op)}:"
-                " the parties' computations diverged")
+                " the parties' computations diverged"
+            )
             self.fail(error)
             raise error
         return message
 
-    def recv(self, src: int, op: int) -> framing.Message:
+    def recv(self, src: int, op: pb.Op) -> framing.Message:
         """Receive the next message from `src`."""
         return self.take(src, self.post_recv(src), op)
 
@@ -221,20 +254,26 @@ class Transport:
     # -- end -----------------------------------------------------------------------------------
 
     def close(self, timeout: float = options.CLOSE_TIMEOUT_S) -> None:
-        """End the session cleanly: deliver everything queued, wait for the peers to do the
-        same, then stop. Never blocks much longer than `timeout`."""
+        """End the session cleanly, never blocking much longer than `timeout`.
+
+        Delivers everything queued, waits for the peers to do the same, then stops.
+        """
         deadline = time.monotonic() + timeout
         if self._failure is None:
             for link in self._links.values():
                 link.end(framing.control_frame(link.seq(), pb.FRAME_KIND_CLOSE))
             for link in self._links.values():
                 if not link.wait(deadline - time.monotonic()):
-                    log.warning("%s did not acknowledge the end of its stream within %g s",
-                                link.peer.label(), timeout)
+                    log.warning(
+                        "%s did not acknowledge the end of its stream within %g s",
+                        link.peer.label(),
+                        timeout,
+                    )
             for rank, done in self._inbound_done.items():
                 if not done.wait(max(0.0, deadline - time.monotonic())):
-                    log.warning("%s did not close its stream within %g s",
-                                self.peers[rank].label(), timeout)
+                    log.warning(
+                        "%s did not close its stream within %g s", self.peers[rank].label(), timeout
+                    )
         self.stop()
 
     def abort(self, reason: str) -> None:

@@ -44,8 +44,11 @@ def make_pki(directory: Path, names: Sequence[str]) -> dict[str, dict[str, str]]
     out = {}
     for name in names:
         issued = certs.issue(directory, name, sans=("127.0.0.1", "localhost"))
-        out[name] = {"ca": str(directory / "ca.pem"), "cert": str(issued.cert),
-                     "key": str(issued.key)}
+        out[name] = {
+            "ca": str(directory / "ca.pem"),
+            "cert": str(issued.cert),
+            "key": str(issued.key),
+        }
     return out
 
 
@@ -66,22 +69,41 @@ class PartySpec:
 def _party_main(spec: PartySpec) -> None:
     import mpcml
 
-    module_name, _, func_name = spec.scenario.rpartition(":")
-    func = getattr(importlib.import_module(module_name), func_name)
     tls = mpcml.TLSFiles(**spec.tls) if spec.tls is not None else None
     out = Path(spec.out)
+    started = time.monotonic()
     try:
-        with mpcml.session(rank=spec.rank, world_size=spec.world_size, peers=spec.peers,
-                           tls=tls, peer_names=spec.peer_names, insecure=tls is None,
-                           **spec.kwargs.get("session", {})) as s:
-            result = func(s, **spec.kwargs.get("scenario", {}))
-        torch.save(result, out.with_suffix(".pt"))
-        out.with_suffix(".json").write_text(json.dumps({"ok": True}))
+        module_name, _, func_name = spec.scenario.rpartition(":")
+        func = getattr(importlib.import_module(module_name), func_name)
+        results = []
+        for _ in range(spec.kwargs.get("repeat", 1)):
+            with mpcml.session(
+                rank=spec.rank,
+                world_size=spec.world_size,
+                peers=spec.peers,
+                tls=tls,
+                peer_names=spec.peer_names,
+                insecure=tls is None,
+                **spec.kwargs.get("session", {}),
+            ) as s:
+                results.append(func(s, **spec.kwargs.get("scenario", {})))
+        torch.save(results[0] if len(results) == 1 else results, out.with_suffix(".pt"))
+        out.with_suffix(".json").write_text(
+            json.dumps({"ok": True, "seconds": time.monotonic() - started})
+        )
     except BaseException as exc:  # reported to the test, which asserts on it
-        out.with_suffix(".json").write_text(json.dumps({
-            "ok": False, "type": type(exc).__name__, "message": str(exc),
-            "is_runtime_error": isinstance(exc, RuntimeError),
-            "traceback": traceback.format_exc()}))
+        out.with_suffix(".json").write_text(
+            json.dumps(
+                {
+                    "ok": False,
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                    "seconds": time.monotonic() - started,
+                    "is_runtime_error": isinstance(exc, RuntimeError),
+                    "traceback": traceback.format_exc(),
+                }
+            )
+        )
 
 
 @dataclass
@@ -97,6 +119,7 @@ class PartyResult:
     is_runtime_error: bool = False
     traceback: str = ""
     seconds: float = 0.0
+    """From the start of the party's first session to its result or error."""
 
 
 class Parties:
@@ -106,14 +129,12 @@ class Parties:
         self.tmp = tmp
         self.ctx = mp.get_context("spawn")
         self.procs: dict[int, Any] = {}
-        self.started: dict[int, float] = {}
         self.specs: dict[int, PartySpec] = {}
 
     def start(self, spec: PartySpec) -> None:
         proc = self.ctx.Process(target=_party_main, args=(spec,), daemon=True)
         proc.start()
         self.procs[spec.rank] = proc
-        self.started[spec.rank] = time.monotonic()
         self.specs[spec.rank] = spec
 
     def wait(self, rank: int, timeout: float) -> PartyResult:
@@ -123,18 +144,23 @@ class Parties:
             proc.kill()
             proc.join(5)
             raise AssertionError(f"party {rank} still running after {timeout} s: it hung")
-        seconds = time.monotonic() - self.started[rank]
         out = Path(self.specs[rank].out)
         status_file = out.with_suffix(".json")
         if not status_file.exists():
-            return PartyResult(rank, proc.exitcode, False, error="no result written",
-                               seconds=seconds)
+            return PartyResult(rank, proc.exitcode, False, error="no result written")
         status = json.loads(status_file.read_text())
+        seconds = status["seconds"]
         if not status["ok"]:
-            return PartyResult(rank, proc.exitcode, False, error_type=status["type"],
-                               error=status["message"],
-                               is_runtime_error=status["is_runtime_error"],
-                               traceback=status["traceback"], seconds=seconds)
+            return PartyResult(
+                rank,
+                proc.exitcode,
+                False,
+                error_type=status["type"],
+                error=status["message"],
+                is_runtime_error=status["is_runtime_error"],
+                traceback=status["traceback"],
+                seconds=seconds,
+            )
         value = torch.load(out.with_suffix(".pt"), weights_only=True)
         return PartyResult(rank, proc.exitcode, True, value=value, seconds=seconds)
 
@@ -145,9 +171,16 @@ class Parties:
             proc.join(5)
 
 
-def run_session(tmp: Path, world_size: int, scenario: str, *, timeout: float = 240.0,
-                tls: bool = True, scenario_kwargs: dict[str, Any] | None = None,
-                session_kwargs: dict[str, Any] | None = None) -> list[PartyResult]:
+def run_session(
+    tmp: Path,
+    world_size: int,
+    scenario: str,
+    *,
+    timeout: float = 240.0,
+    tls: bool = True,
+    scenario_kwargs: dict[str, Any] | None = None,
+    session_kwargs: dict[str, Any] | None = None,
+) -> list[PartyResult]:
     """Run `scenario` on `world_size` parties over mutual TLS; returns every party's result."""
     names = [f"party{i}" for i in range(world_size)]
     pki = make_pki(tmp / "pki", names) if tls else None
@@ -156,11 +189,18 @@ def run_session(tmp: Path, world_size: int, scenario: str, *, timeout: float = 2
     parties = Parties(tmp)
     try:
         for rank in range(world_size):
-            parties.start(PartySpec(
-                rank=rank, world_size=world_size, peers=peers, peer_names=names,
-                tls=pki[names[rank]] if pki else None, scenario=scenario,
-                out=str(tmp / f"rank{rank}"),
-                kwargs={"scenario": scenario_kwargs or {}, "session": session_kwargs or {}}))
+            parties.start(
+                PartySpec(
+                    rank=rank,
+                    world_size=world_size,
+                    peers=peers,
+                    peer_names=names,
+                    tls=pki[names[rank]] if pki else None,
+                    scenario=scenario,
+                    out=str(tmp / f"rank{rank}"),
+                    kwargs={"scenario": scenario_kwargs or {}, "session": session_kwargs or {}},
+                )
+            )
         return [parties.wait(rank, timeout) for rank in range(world_size)]
     finally:
         parties.kill_all()

@@ -1,0 +1,36 @@
+"""CrypTen 0.4.1 imports and converts models on current torch through mpcml's shims alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+
+def test_import_crypten_after_mpcml_works_in_a_fresh_interpreter() -> None:
+    code = "import mpcml, crypten, sys; print(crypten.__version__); print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    assert out[0] == "0.4.1"
+
+
+def test_import_mpcml_alone_does_not_import_torch() -> None:
+    code = "import sys, mpcml; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    assert out == "False"
+
+
+def test_from_pytorch_converts_a_model_that_computes_like_the_original() -> None:
+    from mpcml.runtime import compat
+
+    compat.apply()
+    import crypten
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    converted = crypten.nn.from_pytorch(net, torch.empty(1, 4))
+    x = torch.randn(5, 4)
+    assert torch.allclose(converted(x), net(x), atol=1e-6)
