@@ -11,11 +11,11 @@ STAMP := $(VENV)/.mpcml-installed
 
 install: $(STAMP)
 
+# CrypTen's metadata pulls the dead `sklearn` package: it is installed alone, with --no-deps;
+# the packages it really imports come with mpcml's own dependencies.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	# CrypTen's metadata pulls the dead `sklearn` package: install it alone, its real imports
-	# come with mpcml's own dependencies.
 	$(PY) -m pip install -q --no-deps "$(CRYPTEN_SPEC)"
 	$(PY) -m pip install -q --no-warn-conflicts -e ".[dev]"
 	touch $(STAMP)
@@ -34,10 +34,9 @@ proto: install
 bench: install
 	$(PY) bench/transport.py
 
+# Until the party daemons and the coordinator exist, the demo is three session processes.
 demo: install
-	@echo "make demo arrives with the party daemons and the coordinator (issue 3)." >&2
-	@echo "Until then, see README.md for an mpcml.session example." >&2
-	@exit 2
+	$(PY) examples/session_demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

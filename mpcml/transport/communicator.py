@@ -43,7 +43,7 @@ class Request:
         return self._complete is None
 
 
-def _fill(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
+def _check_fits(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
     # Like torch.distributed, only the element count and type must match: CrypTen itself
     # sends a 0-d seed into a 1-element buffer.
     if target.numel() != received.numel() or target.dtype != received.dtype:
@@ -52,6 +52,10 @@ def _fill(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
             f"{tuple(received.shape)}, expected {target.dtype} of shape "
             f"{tuple(target.shape)}: the parties' computations diverged"
         )
+
+
+def _fill(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
+    _check_fits(target, received, what)
     target.copy_(received.reshape(target.shape))
 
 
@@ -146,8 +150,12 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         """Receive a tensor shaped like `tensor` from `src`; returns a new tensor."""
         if src is None:
             raise TransportError("recv needs a source rank")
-        result = tensor.clone()
-        self._recv_into(result.data, src, pb.OP_SEND, f"recv from rank {src}")
+        received = self.transport.recv(src, pb.OP_SEND).tensor_or_raise()
+        if type(tensor) is torch.Tensor and tensor.device.type == "cpu":
+            _check_fits(tensor, received, f"recv from rank {src}")
+            return received.reshape(tensor.shape)
+        result = tensor.clone()  # a CUDALongTensor or another wrapper: keep its type
+        _fill(result.data, received, f"recv from rank {src}")
         return result
 
     @_counted

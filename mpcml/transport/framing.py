@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from google.protobuf.message import DecodeError
 
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport.errors import ProtocolError, TransportError
@@ -198,7 +199,7 @@ def from_value(v: pb.Value, depth: int = 0) -> Any:
                 f"{v.tensor_value.header.nbytes}"
             )
         if data:
-            _byte_view(tensor)[:] = np.frombuffer(data, dtype=np.uint8)
+            _copy_bytes(_byte_view(tensor), data)
         return tensor
     raise ProtocolError("object value has no kind")
 
@@ -226,6 +227,80 @@ def _byte_view(tensor: torch.Tensor) -> np.ndarray:
     return tensor.reshape(-1).view(torch.uint8).numpy()
 
 
+def _copy_bytes(target: np.ndarray, data: bytes | memoryview) -> None:
+    target[:] = np.frombuffer(data, dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class WireFrame:
+    """A received frame: its fields, and its data as a view into the received buffer."""
+
+    frame: pb.Frame
+    data: memoryview
+    error: str = ""
+    """Why the frame could not be parsed; the other fields are then empty."""
+
+
+def _varint_at(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("truncated frame")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ProtocolError("malformed varint in frame")
+
+
+def _split_data(raw: bytes) -> tuple[bytes, memoryview]:
+    # Walk the top-level fields to find `data` (field 15) and leave it in place.
+    view = memoryview(raw)
+    pos, head, data = 0, [], view[0:0]
+    kept_from = 0
+    while pos < len(raw):
+        field_at = pos
+        key, pos = _varint_at(raw, pos)
+        wire = key & 7
+        if wire == 0:
+            _, pos = _varint_at(raw, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = _varint_at(raw, pos)
+            if key >> 3 == 15:
+                if pos + length > len(raw):
+                    raise ProtocolError("truncated frame data")
+                head.append(view[kept_from:field_at])
+                data = view[pos : pos + length]
+                kept_from = pos + length
+            pos += length
+        else:
+            raise ProtocolError(f"unsupported protobuf wire type {wire} in frame")
+        if pos > len(raw):
+            raise ProtocolError("truncated frame")
+    head.append(view[kept_from:])
+    return b"".join(head), data
+
+
+def parse_frame(raw: bytes) -> WireFrame:
+    """GRPC request deserializer of `Stream`: parses a Frame without copying its data.
+
+    Never raises, so that a malformed frame reaches the servicer and fails the session with
+    a ProtocolError naming the sender, instead of a bare INTERNAL status.
+    """
+    try:
+        head, data = _split_data(raw)
+        return WireFrame(pb.Frame.FromString(head), data)
+    except (ProtocolError, DecodeError) as exc:
+        return WireFrame(pb.Frame(), memoryview(b""), error=f"malformed frame: {exc}")
+
+
 class Assembler:
     """Turns the frames of one stream back into messages, checking order and sizes."""
 
@@ -239,8 +314,13 @@ class Assembler:
         self._chunks = 0
         self._chunk = 0
 
-    def feed(self, frame: pb.Frame) -> Message | None:
-        """Take one TENSOR or OBJECT frame; returns a message when one is complete."""
+    def feed(self, frame: pb.Frame, data: bytes | memoryview | None = None) -> Message | None:
+        """Take one TENSOR or OBJECT frame; returns a message when one is complete.
+
+        `data` is the frame's data when it was split off by `parse_frame`.
+        """
+        if data is None:
+            data = frame.data
         if frame.seq != self.next_seq:
             raise ProtocolError(
                 f"frame for message {frame.seq} arrived, expected message {self.next_seq}"
@@ -267,7 +347,7 @@ class Assembler:
             raise ProtocolError(
                 f"chunk {frame.chunk} of message {frame.seq} arrived, expected chunk {self._chunk}"
             )
-        n = len(frame.data)
+        n = len(data)
         total = 0 if self._view is None else len(self._view)
         if self._offset + n > total:
             raise ProtocolError(
@@ -275,7 +355,7 @@ class Assembler:
             )
         if n:
             assert self._view is not None
-            self._view[self._offset : self._offset + n] = np.frombuffer(frame.data, np.uint8)
+            _copy_bytes(self._view[self._offset : self._offset + n], data)
         self._offset += n
         self._chunk += 1
         if self._chunk < self._chunks:

@@ -14,7 +14,7 @@ import grpc
 
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport.errors import PeerFailedError, ProtocolError
-from mpcml.transport.framing import Assembler
+from mpcml.transport.framing import Assembler, WireFrame, parse_frame
 from mpcml.transport.tls import caller_common_name
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class DataPlaneServicer:
         )
 
     def Stream(
-        self, request_iterator: Iterator[pb.Frame], context: grpc.ServicerContext
+        self, request_iterator: Iterator[WireFrame], context: grpc.ServicerContext
     ) -> pb.StreamSummary:
         """Receive every message one peer sends this party during the session."""
         metadata = dict(context.invocation_metadata())
@@ -88,7 +88,10 @@ class DataPlaneServicer:
             )
         assembler = Assembler()
         try:
-            for frame in request_iterator:
+            for wire in request_iterator:
+                if wire.error:
+                    raise ProtocolError(wire.error)
+                frame = wire.frame
                 if frame.kind == pb.FRAME_KIND_CLOSE:
                     inbox.close()
                     t.inbound_closed(rank)
@@ -101,7 +104,7 @@ class DataPlaneServicer:
                         )
                     )
                     break
-                message = assembler.feed(frame)
+                message = assembler.feed(frame, wire.data)
                 if message is not None:
                     inbox.put(message)
             else:
@@ -121,3 +124,23 @@ class DataPlaneServicer:
                 )
             )
         return pb.StreamSummary(messages=assembler.next_seq, bytes=assembler.bytes_received)
+
+
+def add_to_server(servicer: DataPlaneServicer, server: grpc.Server) -> None:
+    """Register the servicer; Stream frames are parsed by `parse_frame`, without copying data."""
+    handler = grpc.method_handlers_generic_handler(
+        pb.DESCRIPTOR.services_by_name["DataPlane"].full_name,
+        {
+            "Hello": grpc.unary_unary_rpc_method_handler(
+                servicer.Hello,
+                request_deserializer=pb.HelloRequest.FromString,
+                response_serializer=pb.HelloReply.SerializeToString,
+            ),
+            "Stream": grpc.stream_unary_rpc_method_handler(
+                servicer.Stream,
+                request_deserializer=parse_frame,
+                response_serializer=pb.StreamSummary.SerializeToString,
+            ),
+        },
+    )
+    server.add_generic_rpc_handlers((handler,))

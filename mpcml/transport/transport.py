@@ -22,8 +22,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from mpcml.proto.v1 import dataplane_pb2 as pb
-from mpcml.proto.v1 import dataplane_pb2_grpc
 from mpcml.transport import framing, options
+from mpcml.transport import server as server_module
 from mpcml.transport.errors import (
     PeerConnectError,
     PeerIdentityError,
@@ -100,7 +100,7 @@ class Transport:
             ),
             options=options.server_options(self.chunk_bytes),
         )
-        dataplane_pb2_grpc.add_DataPlaneServicer_to_server(DataPlaneServicer(self), server)
+        server_module.add_to_server(DataPlaneServicer(self), server)
         health_servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         service = pb.DESCRIPTOR.services_by_name["DataPlane"].full_name

@@ -1,0 +1,1 @@
+"""Benchmarks of mpcml's data plane; `make bench` runs `bench/transport.py`."""

@@ -1,0 +1,231 @@
+"""One benchmark process: `python -m bench.party SPEC.json`, started by `bench/transport.py`.
+
+Each party is its own interpreter so that the numbers include what real parties pay (their own
+GIL, their own sockets). The spec is plain JSON; the process writes its result as JSON to
+`spec["out"]` and exits 0, or writes the traceback and exits 1.
+
+Roles:
+- `grpc-mpc`: one party of the MPC workloads inside `mpcml.session` (gRPC, mTLS).
+- `gloo-mpc`: a launcher that runs every party of the same workloads on stock CrypTen over
+  torch.distributed/gloo, with CrypTen's own `run_multiprocess` (which forks the parties).
+- `grpc-tput`: one end of the two-party throughput test over CrypTen's communicator in a session.
+- `gloo-tput`: a launcher running both ends of that test on stock CrypTen over gloo.
+- `tcp-tput`: one end of the same test over a plain TCP socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mpcml  # first: its import hook lets crypten load on current torch
+
+TORCH_THREADS = 1
+"""Intra-op threads per party: 3 parties share 2 cores, so more would only contend."""
+
+
+# -- MPC workloads -----------------------------------------------------------------------------
+
+
+def grpc_mpc(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from bench import workloads
+
+    torch.set_num_threads(TORCH_THREADS)
+    tls = mpcml.TLSFiles(**spec["tls"]) if spec["tls"] is not None else None
+    with mpcml.session(
+        rank=spec["rank"],
+        world_size=spec["world_size"],
+        peers=spec["peers"],
+        peer_names=spec["peer_names"],
+        tls=tls,
+        insecure=tls is None,
+        session_id=spec["session_id"],
+    ):
+        return workloads.run(spec["workloads"], spec["reps"], spec["warmup"])
+
+
+def _gloo_party(names: list[str], reps: int, warmup: int) -> dict[str, Any]:
+    import crypten.communicator as comm
+    import torch
+
+    from bench import workloads
+
+    torch.set_num_threads(TORCH_THREADS)
+    result = workloads.run(names, reps, warmup)
+    result["rank"] = comm.get().get_rank()
+    result["backend"] = comm.get().get_distributed_backend()
+    return result
+
+
+def _gloo_launch(
+    func: Callable[..., dict[str, Any]], world_size: int, *args: Any
+) -> dict[str, Any]:
+    from mpcml.runtime import compat
+
+    compat.apply()
+    from crypten.mpc.context import run_multiprocess
+
+    # Keep gloo on loopback (it would otherwise pick the interface the hostname resolves to).
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    results = run_multiprocess(world_size=world_size)(func)(*args)
+    if results is None or len(results) != world_size:
+        raise SystemExit("a gloo party failed (CrypTen's launcher logged which)")
+    return {"parties": results}
+
+
+def gloo_mpc(spec: dict[str, Any]) -> dict[str, Any]:
+    return _gloo_launch(
+        _gloo_party, spec["world_size"], spec["workloads"], spec["reps"], spec["warmup"]
+    )
+
+
+# -- throughput --------------------------------------------------------------------------------
+
+
+def _tput_loop(rank: int, plan: list[list[int]]) -> dict[str, list[float]]:
+    # Runs inside a live CrypTen communicator (mpcml's or gloo's): the same calls on both.
+    import crypten.communicator as comm
+    import torch
+
+    c = comm.get()
+    ack = torch.zeros(1, dtype=torch.long)
+    out: dict[str, list[float]] = {}
+    for nbytes, count, trials in plan:
+        g = torch.Generator().manual_seed(nbytes)
+        tensor = torch.randint(-(2**62), 2**62, (nbytes // 8,), generator=g)
+        seconds = []
+        for trial in range(trials + 1):  # the first trial warms the stream up, untimed
+            c.barrier()
+            start = time.perf_counter()
+            if rank == 0:
+                for _ in range(count):
+                    c.send(tensor, 1)
+                c.recv(ack, 1)
+            else:
+                for _ in range(count):
+                    c.recv(tensor, 0)
+                c.send(ack, 0)
+            if trial:
+                seconds.append(time.perf_counter() - start)
+        out[str(nbytes)] = seconds
+    return out
+
+
+def grpc_tput(spec: dict[str, Any]) -> dict[str, Any]:
+    tls = mpcml.TLSFiles(**spec["tls"]) if spec["tls"] is not None else None
+    with mpcml.session(
+        rank=spec["rank"],
+        world_size=2,
+        peers=spec["peers"],
+        peer_names=spec["peer_names"],
+        tls=tls,
+        insecure=tls is None,
+        session_id=spec["session_id"],
+    ):
+        return {"seconds": _tput_loop(spec["rank"], spec["plan"])}
+
+
+def _gloo_tput_party(plan: list[list[int]]) -> dict[str, Any]:
+    import crypten.communicator as comm
+
+    return {"seconds": _tput_loop(comm.get().get_rank(), plan)}
+
+
+def gloo_tput(spec: dict[str, Any]) -> dict[str, Any]:
+    return _gloo_launch(_gloo_tput_party, 2, spec["plan"])
+
+
+def _recv_exact(conn: socket.socket, buf: memoryview) -> None:
+    got = 0
+    while got < len(buf):
+        n = conn.recv_into(buf[got:])
+        if n == 0:
+            raise ConnectionError("peer closed the socket early")
+        got += n
+
+
+def tcp_tput(spec: dict[str, Any]) -> dict[str, Any]:
+    rank, port = spec["rank"], spec["port"]
+    deadline = time.monotonic() + 30
+    if rank == 1:
+        with socket.create_server(("127.0.0.1", port)) as server:
+            server.settimeout(30)
+            conn, _ = server.accept()
+    else:
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    out: dict[str, list[float]] = {}
+    sync = memoryview(bytearray(1))
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for nbytes, count, trials in spec["plan"]:
+            buf = memoryview(bytearray(random.Random(nbytes).randbytes(nbytes)))
+            seconds = []
+            for trial in range(trials + 1):
+                # Rank 1 says it is ready (what the barrier does on the other transports).
+                if rank == 1:
+                    conn.sendall(b"r")
+                else:
+                    _recv_exact(conn, sync)
+                start = time.perf_counter()
+                if rank == 0:
+                    for _ in range(count):
+                        conn.sendall(buf)
+                    _recv_exact(conn, sync)
+                else:
+                    for _ in range(count):
+                        _recv_exact(conn, buf)
+                    conn.sendall(b"a")
+                if trial:
+                    seconds.append(time.perf_counter() - start)
+            out[str(nbytes)] = seconds
+    return {"seconds": out}
+
+
+ROLES = {
+    "grpc-mpc": grpc_mpc,
+    "gloo-mpc": gloo_mpc,
+    "grpc-tput": grpc_tput,
+    "gloo-tput": gloo_tput,
+    "tcp-tput": tcp_tput,
+}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    out = Path(spec["out"])
+    try:
+        result = ROLES[spec["role"]](spec)
+    except BaseException as exc:  # reported to the driver, which prints it
+        out.write_text(
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                }
+            )
+        )
+        return 1
+    out.write_text(json.dumps({"ok": True, "result": result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
