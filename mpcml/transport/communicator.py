@@ -231,36 +231,32 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
                 combine(acc, part.to(acc.device))
         return result if batched else result[0]
 
+    def _collect(self, tensor: Any, op: pb.Op, what: str) -> list[Any]:
+        # Every party's tensor, in rank order, ours included.
+        result = []
+        for r in range(self.world_size):
+            if r == self.rank:
+                result.append(tensor.data.clone())
+                continue
+            out = torch.empty(size=tensor.size(), dtype=torch.long, device=tensor.data.device)
+            self._recv_into(out, r, op, f"{what} from rank {r}")
+            result.append(out)
+        return result
+
     @_counted
     def gather(self, tensor: Any, dst: int) -> list[Any]:
         """Collect every party's tensor at `dst` (others get `[None]`)."""
         if self.rank != dst:
             self.transport.send_tensor(dst, pb.OP_GATHER, tensor.data)
             return [None]
-        result = []
-        for r in range(self.world_size):
-            if r == self.rank:
-                result.append(tensor.data.clone())
-                continue
-            out = torch.empty(size=tensor.size(), dtype=torch.long, device=tensor.data.device)
-            self._recv_into(out, r, pb.OP_GATHER, f"gather from rank {r}")
-            result.append(out)
-        return result
+        return self._collect(tensor, pb.OP_GATHER, "gather")
 
     @_counted
     def all_gather(self, tensor: Any) -> list[Any]:
         """Every party gets every party's tensor."""
         for dst in self._peers():
             self.transport.send_tensor(dst, pb.OP_ALL_GATHER, tensor.data)
-        result = []
-        for r in range(self.world_size):
-            if r == self.rank:
-                result.append(tensor.data.clone())
-                continue
-            out = torch.empty(size=tensor.size(), dtype=torch.long, device=tensor.data.device)
-            self._recv_into(out, r, pb.OP_ALL_GATHER, f"all_gather from rank {r}")
-            result.append(out)
-        return result
+        return self._collect(tensor, pb.OP_ALL_GATHER, "all_gather")
 
     @_counted
     def broadcast(self, input: Any, src: int, group: Any = None, batched: bool = False) -> Any:

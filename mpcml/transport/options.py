@@ -28,16 +28,24 @@ def max_message_bytes(chunk_bytes: int) -> int:
     return chunk_bytes + 64 * 1024
 
 
-def channel_options(chunk_bytes: int, target_name: str | None) -> list[tuple[str, int | str]]:
-    """Options for a channel to a peer; `target_name` is the TLS name the peer must present."""
-    options: list[tuple[str, int | str]] = [
+def _common(chunk_bytes: int) -> list[tuple[str, int | str]]:
+    # Both ends ping and drop an unanswered connection: either side notices a frozen peer.
+    return [
         ("grpc.max_send_message_length", max_message_bytes(chunk_bytes)),
         ("grpc.max_receive_message_length", max_message_bytes(chunk_bytes)),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        # gRPC 1.85 times out an unanswered ping only with this set too.
         ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def channel_options(chunk_bytes: int, target_name: str | None) -> list[tuple[str, int | str]]:
+    """Options for a channel to a peer; `target_name` is the TLS name the peer must present."""
+    options = [
+        *_common(chunk_bytes),
         # Each session gets its own connection, never one shared with an earlier session.
         ("grpc.use_local_subchannel_pool", 1),
         ("grpc.initial_reconnect_backoff_ms", 100),
@@ -51,13 +59,7 @@ def channel_options(chunk_bytes: int, target_name: str | None) -> list[tuple[str
 def server_options(chunk_bytes: int) -> list[tuple[str, int | str]]:
     """Options for a party's data-plane server."""
     return [
-        ("grpc.max_send_message_length", max_message_bytes(chunk_bytes)),
-        ("grpc.max_receive_message_length", max_message_bytes(chunk_bytes)),
-        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
+        *_common(chunk_bytes),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),

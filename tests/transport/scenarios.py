@@ -255,3 +255,51 @@ def smoke(s: mpcml.Session) -> dict[str, Any]:
     x = crypten.cryptensor(torch.arange(6, dtype=torch.float32).reshape(2, 3), src=0)
     y = crypten.cryptensor(torch.ones(2, 3), src=s.world_size - 1)
     return {"sum": (x + y).get_plain_text(), "prod": (x * y).get_plain_text()}
+
+
+def rank_tensors(world_size: int) -> list[torch.Tensor]:
+    """A distinct int64 tensor per rank, identical in every process."""
+    g = torch.Generator().manual_seed(99)
+    return [torch.randint(-(2**40), 2**40, (3, 4), generator=g) for _ in range(world_size)]
+
+
+def collectives(s: mpcml.Session) -> dict[str, Any]:
+    """Every collective of the communicator, called directly as CrypTen calls them."""
+    from torch.distributed import ReduceOp
+
+    c = comm.get()
+    mine = rank_tensors(s.world_size)[s.rank]
+    other = mine * 3 + 1
+    out: dict[str, Any] = {
+        "all_reduce_sum": c.all_reduce(mine),
+        "all_reduce_bxor_batched": c.all_reduce([mine, other], op=ReduceOp.BXOR, batched=True),
+        "all_gather": c.all_gather(mine),
+        "broadcast_batched": c.broadcast([mine.clone(), other.clone()], 1, batched=True),
+    }
+    reduced = c.reduce([mine, other], 0, batched=True)
+    gathered = c.gather(mine, s.world_size - 1)
+    scattered = c.scatter([t + 7 for t in rank_tensors(s.world_size)], 0, size=mine.size())
+    if s.rank == 0:
+        out["reduce_batched"] = reduced
+    if s.rank == s.world_size - 1:
+        out["gather"] = gathered
+    out["scatter"] = scattered
+    # irecv posted in one order and waited in the other still gets the right messages.
+    nxt, prv = (s.rank + 1) % s.world_size, (s.rank - 1) % s.world_size
+    first, second = torch.empty(3, 4, dtype=torch.long), torch.empty(3, 4, dtype=torch.long)
+    c.isend(mine, nxt).wait()
+    c.isend(other, nxt).wait()
+    r1, r2 = c.irecv(first, prv), c.irecv(second, prv)
+    r2.wait()
+    r1.wait()
+    out["irecv_first"], out["irecv_second"] = first, second
+    return out
+
+
+def cuda_ops(s: mpcml.Session) -> dict[str, Any]:
+    """Shares on the GPU: CUDALongTensor shares cross the data plane through host memory."""
+    d = inputs(s.world_size)
+    x = crypten.cryptensor(d["x"].cuda(), src=0)
+    y = crypten.cryptensor(d["y"].cuda(), src=1)
+    out = {"add": x + y, "mul": x * y, "matmul": x.matmul(y), "relu": x.relu(), "gt": x > y}
+    return {name: t.get_plain_text().cpu() for name, t in out.items()}

@@ -84,3 +84,33 @@ def test_objects_travel_schemad_and_unknown_types_are_refused(tmp_path: Path) ->
 def test_plaintext_session_works_only_when_asked_for(tmp_path: Path) -> None:
     results = run_session(tmp_path, 2, "tests.transport.scenarios:comm_stats", tls=False)
     assert all(r.ok for r in results), [r.traceback for r in results]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_collectives_give_what_torch_distributed_would(tmp_path: Path, world_size: int) -> None:
+    results = run_session(tmp_path, world_size, "tests.transport.scenarios:collectives")
+    assert all(r.ok for r in results), [r.traceback for r in results]
+    ts = scenarios.rank_tensors(world_size)
+    others = [t * 3 + 1 for t in ts]
+    total, total_others = torch.stack(ts).sum(0), torch.stack(others).sum(0)
+    xor = others[0].clone()
+    for t in others[1:]:
+        xor ^= t
+    xor_mine = ts[0].clone()
+    for t in ts[1:]:
+        xor_mine ^= t
+    for r in results:
+        v = r.value
+        assert torch.equal(v["all_reduce_sum"], total)
+        assert torch.equal(v["all_reduce_bxor_batched"][0], xor_mine)
+        assert torch.equal(v["all_reduce_bxor_batched"][1], xor)
+        assert all(torch.equal(a, b) for a, b in zip(v["all_gather"], ts, strict=True))
+        assert torch.equal(v["broadcast_batched"][0], ts[1])
+        assert torch.equal(v["broadcast_batched"][1], others[1])
+        assert torch.equal(v["scatter"], ts[r.rank] + 7)
+        prv = (r.rank - 1) % world_size
+        assert torch.equal(v["irecv_first"], ts[prv])
+        assert torch.equal(v["irecv_second"], others[prv])
+    assert torch.equal(results[0].value["reduce_batched"][0], total)
+    assert torch.equal(results[0].value["reduce_batched"][1], total_others)
+    assert all(torch.equal(a, b) for a, b in zip(results[-1].value["gather"], ts, strict=True))
