@@ -11,6 +11,7 @@ Roles:
 - `grpc-tput`: one end of the two-party throughput test over CrypTen's communicator in a session.
 - `gloo-tput`: a launcher running both ends of that test on stock CrypTen over gloo.
 - `tcp-tput`: one end of the same test over a plain TCP socket.
+- `grpc-bare-tput`: one end of the same test over a bare gRPC stream, without mpcml.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import random
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -145,6 +147,67 @@ def gloo_tput(spec: dict[str, Any]) -> dict[str, Any]:
     return _gloo_launch(_gloo_tput_party, 2, spec["plan"])
 
 
+def grpc_bare_tput(spec: dict[str, Any]) -> dict[str, Any]:
+    """One end of the throughput test on a bare gRPC stream: gRPC-python's own ceiling.
+
+    Pre-built 4 MiB messages over mTLS with mpcml's channel options, and none of mpcml's
+    framing, copies or inboxes.
+    """
+    from concurrent import futures
+
+    import grpc
+
+    from mpcml.transport import options
+    from mpcml.transport import tls as tls_files
+
+    tls = mpcml.TLSFiles(**spec["tls"])
+    chunk = options.CHUNK_BYTES
+    if spec["rank"] == 1:
+        finished = threading.Event()
+
+        def consume(messages: Any, context: grpc.ServicerContext) -> bytes:
+            return str(sum(len(m) for m in messages)).encode()
+
+        def stop(request: bytes, context: grpc.ServicerContext) -> bytes:
+            finished.set()
+            return b""
+
+        handlers = {
+            "Stream": grpc.stream_unary_rpc_method_handler(consume),
+            "Stop": grpc.unary_unary_rpc_method_handler(stop),
+        }
+        server = grpc.server(futures.ThreadPoolExecutor(4), options=options.server_options(chunk))
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("bench.Bare", handlers),)
+        )
+        server.add_secure_port(spec["address"], tls_files.server_credentials(tls))
+        server.start()
+        finished.wait(120)
+        server.stop(0)
+        return {}
+    channel = grpc.secure_channel(
+        spec["address"],
+        tls_files.channel_credentials(tls),
+        options=options.channel_options(chunk, "party1"),
+    )
+    grpc.channel_ready_future(channel).result(timeout=30)
+    stream = channel.stream_unary("/bench.Bare/Stream", None, None)
+    out: dict[str, list[float]] = {}
+    for nbytes, count, trials in spec["plan"]:
+        payload = os.urandom(min(nbytes, chunk))
+        messages = count * max(1, nbytes // chunk)
+        seconds = []
+        for trial in range(trials + 1):  # the first trial warms the stream up, untimed
+            start = time.perf_counter()
+            stream(iter([payload] * messages), timeout=60)
+            if trial:
+                seconds.append(time.perf_counter() - start)
+        out[str(nbytes)] = seconds
+    channel.unary_unary("/bench.Bare/Stop", None, None)(b"", timeout=10)
+    channel.close()
+    return {"seconds": out}
+
+
 def _recv_exact(conn: socket.socket, buf: memoryview) -> None:
     got = 0
     while got < len(buf):
@@ -204,6 +267,7 @@ ROLES = {
     "grpc-tput": grpc_tput,
     "gloo-tput": gloo_tput,
     "tcp-tput": tcp_tput,
+    "grpc-bare-tput": grpc_bare_tput,
 }
 
 

@@ -47,6 +47,7 @@ TPUT_ROWS = [
     ("grpc-tput-tls", "mpcml gRPC+mTLS"),
     ("grpc-tput-plain", "mpcml plaintext"),
     ("gloo-tput", "CrypTen gloo"),
+    ("grpc-bare-tput", "bare gRPC stream, mTLS"),
 ]
 """Throughput suites, each compared with raw TCP; only mpcml over mTLS at 64 MiB is graded."""
 
@@ -251,6 +252,23 @@ def run_tcp_tput(tmp: Path) -> dict[int, float]:
         return _rates(group.wait(TPUT_TIMEOUT_S)[1])
 
 
+def run_grpc_bare_tput(tmp: Path, pki: dict[str, dict[str, str]]) -> dict[int, float]:
+    """MiB/s of a bare gRPC stream over mTLS: what gRPC-python manages with no mpcml at all."""
+    (port,) = free_ports(1)
+    with Group(tmp, "grpc-bare-tput") as group:
+        for rank in (1, 0):  # the server first
+            group.start(
+                {
+                    "role": "grpc-bare-tput",
+                    "rank": rank,
+                    "plan": TPUT_PLAN,
+                    "address": f"127.0.0.1:{port}",
+                    "tls": pki[f"party{rank}"],
+                }
+            )
+        return _rates(group.wait(TPUT_TIMEOUT_S)[1])
+
+
 def run_gloo_tput(tmp: Path) -> dict[int, float]:
     """MiB/s from rank 0 to rank 1 over stock CrypTen on gloo, for reference."""
     with Group(tmp, "gloo-tput") as group:
@@ -348,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("grpc-tput-tls", lambda: run_grpc_tput(tmp, pki)),
             ("grpc-tput-plain", lambda: run_grpc_tput(tmp, None)),
             ("gloo-tput", lambda: run_gloo_tput(tmp)),
+            ("grpc-bare-tput", lambda: run_grpc_bare_tput(tmp, pki)),
             ("tcp-tput", lambda: run_tcp_tput(tmp)),
         ]
         for name, suite in suites:
@@ -378,7 +397,8 @@ def _footer(
         "CrypTen defaults (TFP provider), 1 torch thread per party.",
         f"Throughput: rank 0 sends {', '.join(f'{c} x {_size(n)}' for n, c, _ in TPUT_PLAN)} "
         "and waits for rank 1's 1-element ack; median of "
-        f"{TPUT_PLAN[0][2]} trials after a warm-up.",
+        f"{TPUT_PLAN[0][2]} trials after a warm-up. The bare gRPC row streams pre-built 4 MiB "
+        "messages with mpcml's channel options and nothing else: gRPC-python's own ceiling.",
         f"logreg data: {dataset}; batch 32, SGD, BCE on sigmoid(Linear(30, 1)).",
     ]
     for suite in ("grpc-mpc", "gloo-mpc"):
