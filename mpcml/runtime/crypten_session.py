@@ -8,7 +8,6 @@ lifetime and puts CrypTen's own class back afterwards.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,8 +144,15 @@ def session(
             raise
         try:
             yield Session(rank, world_size, names, session_id, transport)
+        except TransportError as exc:
+            transport.abort(str(exc))
+            raise
         except BaseException as exc:
-            transport.abort(f"{type(exc).__name__}: {exc}")
+            # Peers learn only the exception's type: its message may quote this party's data.
+            log.error(
+                "session %r: the computation raised %s: %s", session_id, type(exc).__name__, exc
+            )
+            transport.abort(f"its computation raised {type(exc).__name__}")
             raise
         finally:
             crypten.uninit()
@@ -155,8 +161,3 @@ def session(
         GrpcCommunicator.pending = None
         crypten_comm.DistributedCommunicator = original
         transport.stop()
-
-
-def new_session_id() -> str:
-    """A fresh random session id, for callers that coordinate parties themselves."""
-    return uuid.uuid4().hex

@@ -31,6 +31,11 @@ class DataPlaneServicer:
 
     def _check_caller(self, rank: int, session_id: str, context: grpc.ServicerContext) -> None:
         t = self._t
+        if not t.accepting:
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"{t.me.label()} is ending session {t.session_id!r}; retry for the next one",
+            )
         if session_id != t.session_id:
             context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,

@@ -75,6 +75,9 @@ class Transport:
         self._channels: list[grpc.Channel] = []
         self._server: grpc.Server | None = None
         self._stopped = False
+        self.accepting = True
+        """False once the session ends: late callers (a peer's next session on the same
+        address) are told to retry instead of joining this one."""
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -186,6 +189,7 @@ class Transport:
             if self._failure is not None:
                 return
             self._failure = error
+            self.accepting = False
         log.error("session %s failed on %s: %s", self.session_id, self.me.label(), error)
         for inbox in self._inboxes.values():
             inbox.fail(error)
@@ -259,6 +263,7 @@ class Transport:
         Delivers everything queued, waits for the peers to do the same, then stops.
         """
         deadline = time.monotonic() + timeout
+        self.accepting = False
         if self._failure is None:
             for link in self._links.values():
                 link.end(framing.control_frame(link.seq(), pb.FRAME_KIND_CLOSE))
