@@ -196,11 +196,7 @@ class Transport:
         for event in self._inbound_done.values():
             event.set()
         for link in list(self._links.values()):
-            link.end(
-                framing.control_frame(
-                    link.seq(), pb.FRAME_KIND_ABORT, f"{self.me.label()} failed: {error}"
-                )
-            )
+            link.end(framing.control_frame(link.seq(), pb.FRAME_KIND_ABORT, str(error)))
 
     @property
     def failure(self) -> TransportError | None:
