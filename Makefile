@@ -33,6 +33,7 @@ proto: install
 
 bench: install
 	$(PY) bench/transport.py
+	$(PY) bench/failure_detection.py
 
 # Until the party daemons and the coordinator exist, the demo is three session processes.
 demo: install

@@ -171,6 +171,47 @@ class Parties:
             proc.join(5)
 
 
+def party_specs(
+    tmp: Path,
+    world_size: int,
+    scenario: str,
+    *,
+    tls: bool = True,
+    scenario_kwargs: dict[str, Any] | None = None,
+    session_kwargs: dict[str, Any] | None = None,
+    **extra: Any,
+) -> list[PartySpec]:
+    """Specs of `world_size` parties on free loopback ports, with a fresh CA unless not `tls`."""
+    names = [f"party{i}" for i in range(world_size)]
+    pki = make_pki(tmp / "pki", names) if tls else None
+    peers = [f"127.0.0.1:{p}" for p in free_ports(world_size)]
+    kwargs = {"scenario": scenario_kwargs or {}, "session": session_kwargs or {}, **extra}
+    return [
+        PartySpec(
+            rank=rank,
+            world_size=world_size,
+            peers=peers,
+            peer_names=names,
+            tls=pki[names[rank]] if pki else None,
+            scenario=scenario,
+            out=str(tmp / f"rank{rank}"),
+            kwargs=kwargs,
+        )
+        for rank in range(world_size)
+    ]
+
+
+def run_specs(tmp: Path, specs: list[PartySpec], timeout: float = 240.0) -> list[PartyResult]:
+    """Start every party, wait for all of them, always reap them."""
+    parties = Parties(tmp)
+    try:
+        for spec in specs:
+            parties.start(spec)
+        return [parties.wait(spec.rank, timeout) for spec in specs]
+    finally:
+        parties.kill_all()
+
+
 def run_session(
     tmp: Path,
     world_size: int,
@@ -182,25 +223,29 @@ def run_session(
     session_kwargs: dict[str, Any] | None = None,
 ) -> list[PartyResult]:
     """Run `scenario` on `world_size` parties over mutual TLS; returns every party's result."""
-    names = [f"party{i}" for i in range(world_size)]
-    pki = make_pki(tmp / "pki", names) if tls else None
-    ports = free_ports(world_size)
-    peers = [f"127.0.0.1:{p}" for p in ports]
-    parties = Parties(tmp)
-    try:
-        for rank in range(world_size):
-            parties.start(
-                PartySpec(
-                    rank=rank,
-                    world_size=world_size,
-                    peers=peers,
-                    peer_names=names,
-                    tls=pki[names[rank]] if pki else None,
-                    scenario=scenario,
-                    out=str(tmp / f"rank{rank}"),
-                    kwargs={"scenario": scenario_kwargs or {}, "session": session_kwargs or {}},
-                )
-            )
-        return [parties.wait(rank, timeout) for rank in range(world_size)]
-    finally:
-        parties.kill_all()
+    specs = party_specs(
+        tmp,
+        world_size,
+        scenario,
+        tls=tls,
+        scenario_kwargs=scenario_kwargs,
+        session_kwargs=session_kwargs,
+    )
+    return run_specs(tmp, specs, timeout)
+
+
+def start_looping(tmp: Path, parties: Parties, specs: list[PartySpec]) -> None:
+    """Start the parties on `loop_until_killed` and return once they are computing."""
+    ready = tmp / "ready"
+    for spec in specs:
+        spec.scenario = "tests.transport.scenarios:loop_until_killed"
+        spec.kwargs = {"scenario": {"ready": str(ready)}}
+        parties.start(spec)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError("parties never got going")
+        for rank, proc in parties.procs.items():
+            if not proc.is_alive():
+                raise AssertionError(f"rank {rank} exited early")
+        time.sleep(0.1)

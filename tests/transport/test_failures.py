@@ -4,46 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from mpcml.security import certs
-from tests.support.parties import Parties, PartyResult, PartySpec, free_ports, make_pki
+from tests.support.parties import (
+    Parties,
+    PartyResult,
+    party_specs,
+    run_specs,
+    start_looping,
+)
 
-SCENARIO = "tests.transport.scenarios:smoke"
-
-
-def _specs(
-    tmp: Path, world_size: int, scenario: str = SCENARIO, **kwargs: object
-) -> list[PartySpec]:
-    names = [f"party{i}" for i in range(world_size)]
-    pki = make_pki(tmp / "pki", names)
-    peers = [f"127.0.0.1:{p}" for p in free_ports(world_size)]
-    return [
-        PartySpec(
-            rank=r,
-            world_size=world_size,
-            peers=peers,
-            peer_names=names,
-            tls=pki[names[r]],
-            scenario=scenario,
-            out=str(tmp / f"rank{r}"),
-            kwargs=dict(kwargs),
-        )
-        for r in range(world_size)
-    ]
-
-
-def _run(tmp: Path, specs: list[PartySpec], timeout: float = 90) -> list[PartyResult]:
-    parties = Parties(tmp)
-    try:
-        for spec in specs:
-            parties.start(spec)
-        return [parties.wait(spec.rank, timeout) for spec in specs]
-    finally:
-        parties.kill_all()
+SMOKE = "tests.transport.scenarios:smoke"
 
 
 def _assert_failed(result: PartyResult, *fragments: str) -> None:
@@ -57,35 +31,20 @@ def _assert_failed(result: PartyResult, *fragments: str) -> None:
 
 
 def test_peer_that_never_comes_up_fails_after_connect_timeout_naming_it(tmp_path: Path) -> None:
-    specs = _specs(tmp_path, 2, session={"connect_timeout": 3.0})
-    [result] = _run(tmp_path, specs[:1])
+    specs = party_specs(tmp_path, 2, SMOKE, session_kwargs={"connect_timeout": 3.0})
+    [result] = run_specs(tmp_path, specs[:1], timeout=90)
     _assert_failed(result, "rank 1", specs[0].peers[1], "did not come up")
     assert result.error_type == "PeerConnectError"
-
-
-def _start_loop(tmp: Path, parties: Parties, specs: list[PartySpec]) -> Path:
-    ready = tmp / "ready"
-    for spec in specs:
-        spec.scenario = "tests.transport.scenarios:loop_until_killed"
-        spec.kwargs = {"scenario": {"ready": str(ready)}}
-        parties.start(spec)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        assert time.monotonic() < deadline, "parties never got going"
-        for rank, proc in parties.procs.items():
-            assert proc.is_alive(), f"rank {rank} exited early"
-        time.sleep(0.1)
-    return ready
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
 def test_peer_dying_mid_computation_fails_every_other_party_naming_it(
     tmp_path: Path, how: str
 ) -> None:
-    specs = _specs(tmp_path, 3)
+    specs = party_specs(tmp_path, 3, SMOKE)
     parties = Parties(tmp_path)
     try:
-        _start_loop(tmp_path, parties, specs)
+        start_looping(tmp_path, parties, specs)
         victim = parties.procs[2]
         assert victim.pid is not None
         os.kill(victim.pid, getattr(signal, how))
@@ -99,23 +58,23 @@ def test_peer_dying_mid_computation_fails_every_other_party_naming_it(
 
 
 def test_peer_with_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
-    specs = _specs(tmp_path, 2, session={"connect_timeout": 10.0})
+    specs = party_specs(tmp_path, 2, SMOKE, session_kwargs={"connect_timeout": 10.0})
     rogue = tmp_path / "rogue"
     certs.init_ca(rogue, name="rogue-ca")
     issued = certs.issue(rogue, "party1", sans=("127.0.0.1",))
     specs[1].tls = {"ca": str(rogue / "ca.pem"), "cert": str(issued.cert), "key": str(issued.key)}
-    results = _run(tmp_path, specs)
+    results = run_specs(tmp_path, specs, timeout=90)
     _assert_failed(results[0], "rank 1", "not accepted by our CA")
     _assert_failed(results[1], "rank 0", "not accepted by our CA")
     assert {r.error_type for r in results} == {"PeerIdentityError"}
 
 
 def test_peer_with_wrong_name_for_its_rank_is_refused_naming_both_names(tmp_path: Path) -> None:
-    specs = _specs(tmp_path, 2, session={"connect_timeout": 10.0})
+    specs = party_specs(tmp_path, 2, SMOKE, session_kwargs={"connect_timeout": 10.0})
     ca_dir = tmp_path / "pki"
     issued = certs.issue(ca_dir, "mallory", sans=("127.0.0.1",))
     specs[1].tls = {"ca": str(ca_dir / "ca.pem"), "cert": str(issued.cert), "key": str(issued.key)}
-    results = _run(tmp_path, specs)
+    results = run_specs(tmp_path, specs, timeout=90)
     # Rank 0 connects to "party1" and is shown mallory's certificate; mallory connects to
     # rank 0, which refuses a caller claiming rank 1 with mallory's name.
     _assert_failed(
@@ -128,8 +87,8 @@ def test_peer_with_wrong_name_for_its_rank_is_refused_naming_both_names(tmp_path
 
 
 def test_sessions_run_one_after_another_in_one_process(tmp_path: Path) -> None:
-    specs = _specs(tmp_path, 2, "tests.transport.scenarios:smoke", repeat=2)
-    results = _run(tmp_path, specs)
+    specs = party_specs(tmp_path, 2, SMOKE, repeat=2)
+    results = run_specs(tmp_path, specs, timeout=90)
     for r in results:
         assert r.ok, r.traceback
         assert len(r.value) == 2
