@@ -12,6 +12,7 @@ import importlib.machinery
 import io
 import sys
 import types
+import warnings
 from typing import Any
 
 _LEGACY_REGISTRY = "torch.onnx._internal.registration"
@@ -80,6 +81,15 @@ def apply() -> None:
         return
     install()
     from crypten.nn import onnx_converter
+
+    # from_pytorch wraps ONNX's read-only weight arrays with torch.from_numpy and only reads
+    # them; torch's warning about it is noise to every user of the model converter.
+    warnings.filterwarnings(
+        "ignore",
+        message="The given NumPy array is not writable",
+        category=UserWarning,
+        module=r"crypten\.nn\.onnx_converter",
+    )
 
     onnx_converter._export_pytorch_model = _export_pytorch_model
     _applied = True

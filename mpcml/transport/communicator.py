@@ -199,6 +199,18 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         self._recv_into(tensor, src, pb.OP_SCATTER, f"scatter from rank {src}")
         return tensor
 
+    def _accumulate(
+        self,
+        targets: list[torch.Tensor],
+        op: pb.Op,
+        combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> None:
+        # Fold every peer's (batched, flattened) message into `targets`, in rank order.
+        for src in self._peers():
+            received = self.transport.recv(src, op).tensor_or_raise()
+            for acc, part in zip(targets, _split_into(targets, received), strict=True):
+                combine(acc, part.to(acc.device))
+
     @_counted
     def reduce(self, input: Any, dst: int, op: Any = ReduceOp.SUM, batched: bool = False) -> Any:
         """Combine every party's tensor(s) with `op` at `dst`."""
@@ -208,11 +220,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
             self.transport.send_tensor(dst, pb.OP_REDUCE, _flat([x.data for x in inputs]))
             return None
         result = [x.clone().data for x in inputs] if batched else [input.clone()]
-        targets = [r.data for r in result]
-        for src in self._peers():
-            received = self.transport.recv(src, pb.OP_REDUCE).tensor_or_raise()
-            for acc, part in zip(targets, _split_into(targets, received), strict=True):
-                combine(acc, part.to(acc.device))
+        self._accumulate([r.data for r in result], pb.OP_REDUCE, combine)
         return result if batched else result[0]
 
     @_counted
@@ -224,11 +232,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         for dst in self._peers():
             self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, flat)
         result = [x.clone() for x in inputs]
-        targets = [r.data for r in result]
-        for src in self._peers():
-            received = self.transport.recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
-            for acc, part in zip(targets, _split_into(targets, received), strict=True):
-                combine(acc, part.to(acc.device))
+        self._accumulate([r.data for r in result], pb.OP_ALL_REDUCE, combine)
         return result if batched else result[0]
 
     def _collect(self, tensor: Any, op: pb.Op, what: str) -> list[Any]:
