@@ -63,11 +63,17 @@ def hello(
     request: pb.HelloRequest,
     deadline: float,
     tls: TLSFiles | None,
+    check_failed: Callable[[], None],
 ) -> None:
-    """Wait until `peer` answers Hello as the party we expect, or raise an error saying why."""
+    """Wait until `peer` answers Hello as the party we expect, or raise an error saying why.
+
+    `check_failed` raises if the session has already failed meanwhile (say, a peer that did
+    connect to us sent garbage), so that error is reported instead of a later timeout.
+    """
     stub = dataplane_pb2_grpc.DataPlaneStub(channel)
     backoff, last = 0.05, "no answer"
     while True:
+        check_failed()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise PeerConnectError(

@@ -145,7 +145,7 @@ class Transport:
             else:
                 channel = grpc.secure_channel(peer.address, credentials, options=opts)
             self._channels.append(channel)
-            hello(channel, peer, request, deadline, self.tls)
+            hello(channel, peer, request, deadline, self.tls, self._raise_if_failed)
             link = Link(peer, channel, self.fail)
             self._links[peer.rank] = link
             link.open(self.session_id, self.rank)
