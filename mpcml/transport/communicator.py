@@ -20,6 +20,9 @@ from mpcml.transport.transport import Transport
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+_SPLIT_ALL_REDUCE_ELEMENTS = 1 << 15
+"""From this size on, all_reduce among 3+ parties reduce-scatters and all-gathers."""
+
 
 def _counted(func: _F) -> _F:
     # CrypTen's statistics decorator, keyed on the method name, typed for mypy.
@@ -229,11 +232,40 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         combine = _combine(op)
         inputs = list(input) if batched else [input]
         flat = _flat([x.data for x in inputs])
+        result = [x.clone() for x in inputs]
+        if self.world_size > 2 and flat.numel() >= _SPLIT_ALL_REDUCE_ELEMENTS:
+            reduced = self._split_all_reduce(flat.reshape(-1), combine)
+            for target, part in zip(
+                result, _split_into([r.data for r in result], reduced), strict=True
+            ):
+                target.data.copy_(part)
+            return result if batched else result[0]
         for dst in self._peers():
             self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, flat)
-        result = [x.clone() for x in inputs]
         self._accumulate([r.data for r in result], pb.OP_ALL_REDUCE, combine)
         return result if batched else result[0]
+
+    def _split_all_reduce(
+        self, flat: torch.Tensor, combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        # Reduce-scatter then all-gather: party i reduces part i and hands it out, so each party
+        # sends 2(n-1)/n of the tensor instead of (n-1) times all of it, in two rounds.
+        parts = list(torch.tensor_split(flat, self.world_size))
+        for dst in self._peers():
+            self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, parts[dst])
+        mine = parts[self.rank].clone()
+        for src in self._peers():
+            received = self.transport.recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
+            _check_fits(mine, received, f"all_reduce part from rank {src}")
+            combine(mine, received.to(mine.device))
+        for dst in self._peers():
+            self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, mine)
+        parts[self.rank] = mine
+        for src in self._peers():
+            received = self.transport.recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
+            _check_fits(parts[src], received, f"all_reduce result from rank {src}")
+            parts[src] = received.to(mine.device)
+        return torch.cat(parts)
 
     def _collect(self, tensor: Any, op: pb.Op, what: str) -> list[Any]:
         # Every party's tensor, in rank order, ours included.

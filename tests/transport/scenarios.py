@@ -257,10 +257,14 @@ def smoke(s: mpcml.Session) -> dict[str, Any]:
     return {"sum": (x + y).get_plain_text(), "prod": (x * y).get_plain_text()}
 
 
-def rank_tensors(world_size: int) -> list[torch.Tensor]:
+def rank_tensors(world_size: int, shape: tuple[int, ...] = (3, 4)) -> list[torch.Tensor]:
     """A distinct int64 tensor per rank, identical in every process."""
     g = torch.Generator().manual_seed(99)
-    return [torch.randint(-(2**40), 2**40, (3, 4), generator=g) for _ in range(world_size)]
+    return [torch.randint(-(2**40), 2**40, shape, generator=g) for _ in range(world_size)]
+
+
+BIG_SHAPE = (201, 200)
+"""Large enough for the reduce-scatter all_reduce, and not divisible by 3."""
 
 
 def collectives(s: mpcml.Session) -> dict[str, Any]:
@@ -270,8 +274,11 @@ def collectives(s: mpcml.Session) -> dict[str, Any]:
     c = comm.get()
     mine = rank_tensors(s.world_size)[s.rank]
     other = mine * 3 + 1
+    big = rank_tensors(s.world_size, BIG_SHAPE)[s.rank]
     out: dict[str, Any] = {
         "all_reduce_sum": c.all_reduce(mine),
+        "all_reduce_big_sum": c.all_reduce(big),
+        "all_reduce_big_bxor_batched": c.all_reduce([big, mine], op=ReduceOp.BXOR, batched=True),
         "all_reduce_bxor_batched": c.all_reduce([mine, other], op=ReduceOp.BXOR, batched=True),
         "all_gather": c.all_gather(mine),
         "broadcast_batched": c.broadcast([mine.clone(), other.clone()], 1, batched=True),

@@ -99,9 +99,16 @@ def test_collectives_give_what_torch_distributed_would(tmp_path: Path, world_siz
     xor_mine = ts[0].clone()
     for t in ts[1:]:
         xor_mine ^= t
+    bigs = scenarios.rank_tensors(world_size, scenarios.BIG_SHAPE)
+    big_xor = bigs[0].clone()
+    for t in bigs[1:]:
+        big_xor ^= t
     for r in results:
         v = r.value
         assert torch.equal(v["all_reduce_sum"], total)
+        assert torch.equal(v["all_reduce_big_sum"], torch.stack(bigs).sum(0))
+        assert torch.equal(v["all_reduce_big_bxor_batched"][0], big_xor)
+        assert torch.equal(v["all_reduce_big_bxor_batched"][1], xor_mine)
         assert torch.equal(v["all_reduce_bxor_batched"][0], xor_mine)
         assert torch.equal(v["all_reduce_bxor_batched"][1], xor)
         assert all(torch.equal(a, b) for a, b in zip(v["all_gather"], ts, strict=True))
