@@ -41,10 +41,6 @@ class Request:
             complete, self._complete = self._complete, None
             complete()
 
-    def is_completed(self) -> bool:
-        """Whether `wait()` would return at once."""
-        return self._complete is None
-
 
 def _check_fits(target: torch.Tensor, received: torch.Tensor, what: str) -> None:
     # Like torch.distributed, only the element count and type must match: CrypTen itself

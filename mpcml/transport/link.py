@@ -117,7 +117,6 @@ class Link:
         self, peer: PeerInfo, channel: grpc.Channel, on_failure: Callable[[TransportError], None]
     ) -> None:
         self.peer = peer
-        self.bytes_sent = 0
         self._channel = channel
         self._on_failure = on_failure
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
@@ -169,7 +168,6 @@ class Link:
             frames = encode(self._seq)
             self._seq += 1
             for frame in frames:
-                self.bytes_sent += len(frame)
                 self._queue.put(frame)
 
     def end(self, frame: bytes) -> None:

@@ -198,11 +198,6 @@ class Transport:
         for link in list(self._links.values()):
             link.end(framing.control_frame(link.seq(), pb.FRAME_KIND_ABORT, str(error)))
 
-    @property
-    def failure(self) -> TransportError | None:
-        """The error that failed the session, if any."""
-        return self._failure
-
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise type(self._failure)(*self._failure.args)
@@ -246,10 +241,6 @@ class Transport:
     def recv(self, src: int, op: pb.Op) -> framing.Message:
         """Receive the next message from `src`."""
         return self.take(src, self.post_recv(src), op)
-
-    def bytes_sent(self) -> dict[int, int]:
-        """Wire bytes queued for each peer so far."""
-        return {rank: link.bytes_sent for rank, link in self._links.items()}
 
     # -- end -----------------------------------------------------------------------------------
 
