@@ -1,0 +1,4 @@
+"""Models as graphs of whitelisted ops.
+
+Traced from torch on the client, built into CrypTen on every party (DESIGN.md 6).
+"""

@@ -1,0 +1,27 @@
+"""What the party processes of the graph tests run: build a graph, load weights, infer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import crypten
+import torch
+
+import mpcml
+from mpcml.graph.build import build, load_weights
+from mpcml.proto.v1 import graph_pb2 as pb
+from tests.graph import models
+
+
+def secure_inference(s: mpcml.Session, graph: str, weights: str, model: str) -> dict[str, Any]:
+    """Rank 0 owns the weights, rank 1 the input; everyone learns the prediction."""
+    g = pb.Graph.FromString(Path(graph).read_bytes())
+    net = build(g)
+    if s.rank == 0:
+        load_weights(net, g, torch.load(weights, weights_only=True))
+    net.encrypt(src=0)
+    net.eval()
+    x = models.example_input(model)
+    secret = crypten.cryptensor(x if s.rank == 1 else torch.empty(x.shape), src=1)
+    return {"out": net(secret).get_plain_text()}
