@@ -25,20 +25,45 @@ class ResidualCNN(nn.Module):
         return torch.softmax(torch.tanh(self.fc(y)), dim=1)
 
 
-def mlp() -> nn.Module:
-    """Linear, ReLU, Dropout, Linear, Sigmoid."""
-    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Dropout(0.1), nn.Linear(8, 1), nn.Sigmoid())
+def mlp(dropout: bool = True) -> nn.Module:
+    """Linear, ReLU, Dropout (left out for training, which must be deterministic), Linear,
+    Sigmoid."""
+    layers: list[nn.Module] = [nn.Linear(6, 8), nn.ReLU()]
+    if dropout:
+        layers.append(nn.Dropout(0.1))
+    return nn.Sequential(*layers, nn.Linear(8, 1), nn.Sigmoid())
 
 
 def seeded(name: str) -> nn.Module:
     """The model `name` with fixed weights and moved batch-norm statistics, in eval mode."""
     torch.manual_seed(5)
-    model = ResidualCNN() if name == "cnn" else mlp()
+    model = ResidualCNN() if name == "cnn" else mlp(dropout=name != "mlp-train")
     if name == "cnn":
         with torch.no_grad():
             for _ in range(3):
                 model(torch.randn(4, 1, 8, 8))
     return model.eval()
+
+
+TRAIN_STEPS = 3
+TRAIN_LR = 0.5
+
+
+def labels() -> torch.Tensor:
+    """0/1 targets for the training test's `example_input("mlp-train")`."""
+    return (example_input("mlp-train").sum(1, keepdim=True) > 0).float()
+
+
+def train_plaintext(model: nn.Module) -> nn.Module:
+    """TRAIN_STEPS of full-batch SGD with BCE, in torch."""
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=TRAIN_LR)
+    for _ in range(TRAIN_STEPS):
+        loss = nn.functional.binary_cross_entropy(model(example_input("mlp-train")), labels())
+        opt.zero_grad()
+        torch.autograd.backward(loss)
+        opt.step()
+    return model
 
 
 def example_input(name: str) -> torch.Tensor:

@@ -25,3 +25,28 @@ def secure_inference(s: mpcml.Session, graph: str, weights: str, model: str) -> 
     x = models.example_input(model)
     secret = crypten.cryptensor(x if s.rank == 1 else torch.empty(x.shape), src=1)
     return {"out": net(secret).get_plain_text()}
+
+
+def secure_training(s: mpcml.Session, graph: str, weights: str) -> dict[str, Any]:
+    """Rank 0 owns the initial weights, rank 1 the data and labels; the trained weights are
+    revealed to everyone."""
+    g = pb.Graph.FromString(Path(graph).read_bytes())
+    net = build(g)
+    if s.rank == 0:
+        load_weights(net, g, torch.load(weights, weights_only=True))
+    net.encrypt(src=0)
+    net.train()
+    x, y = models.example_input("mlp-train"), models.labels()
+    features = crypten.cryptensor(x if s.rank == 1 else torch.empty(x.shape), src=1)
+    targets = crypten.cryptensor(y if s.rank == 1 else torch.empty(y.shape), src=1)
+    loss_fn = crypten.nn.BCELoss()
+    for _ in range(models.TRAIN_STEPS):
+        loss = loss_fn(net(features), targets)
+        net.zero_grad()
+        loss.backward()
+        net.update_parameters(models.TRAIN_LR)
+    return {
+        f"{node}.{name}": p.get_plain_text()
+        for node, module in net._modules.items()
+        for name, p in module.named_parameters()
+    }

@@ -106,3 +106,30 @@ def test_secure_inference_of_a_traced_model_matches_torch(tmp_path: Path, name: 
     for r in results:
         ok, detail = crypten_close(r.value["out"], expected)
         assert ok, f"{name} on rank {r.rank}: {detail}"
+
+
+def test_secure_training_of_a_traced_model_matches_torch(tmp_path: Path) -> None:
+    model = models.seeded("mlp-train")
+    graph = trace(model)
+    graph_file, weights_file = tmp_path / "graph.pb", tmp_path / "weights.pt"
+    graph_file.write_bytes(graph.SerializeToString())
+    torch.save(model.state_dict(), weights_file)
+    results = run_session(
+        tmp_path,
+        2,
+        "tests.graph.scenarios:secure_training",
+        scenario_kwargs={"graph": str(graph_file), "weights": str(weights_file)},
+    )
+    assert all(r.ok for r in results), [r.traceback for r in results]
+    trained = models.train_plaintext(model).state_dict()
+    by_node = {n.name: n.module for n in graph.nodes}
+    for r in results:
+        assert r.value, "no parameters came back"
+        for key, value in r.value.items():
+            node, name = key.split(".")
+            expected = trained[f"{by_node[node]}.{name}"]
+            assert not torch.equal(
+                expected, models.seeded("mlp-train").state_dict()[f"{by_node[node]}.{name}"]
+            ), f"{key} did not train"
+            ok, detail = crypten_close(value, expected)
+            assert ok, f"{key} on rank {r.rank}: {detail}"
