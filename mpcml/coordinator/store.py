@@ -128,8 +128,27 @@ def _check_transition(job: Job, to: JobState) -> None:
         raise InvalidTransition(f"job {job.job_id} is {job.state}; it cannot become {to}")
 
 
-def _new_id() -> str:
-    return uuid.uuid4().hex
+def _pending_job(submitter: str, idempotency_key: str, spec: bytes, now: float) -> Job:
+    return Job(
+        uuid.uuid4().hex,
+        submitter,
+        idempotency_key,
+        spec,
+        JobState.PENDING,
+        "",
+        0,
+        {JobState.PENDING: now},
+    )
+
+
+def _check_same_spec(
+    submitter: str, idempotency_key: str, job_id: str, stored_digest: str, spec: bytes
+) -> None:
+    if stored_digest != _digest(spec):
+        raise IdempotencyConflict(
+            f"idempotency key {idempotency_key!r} was used by {submitter!r} for job {job_id} "
+            "with a different spec"
+        )
 
 
 class MemoryJobStore(JobStore):
@@ -148,22 +167,9 @@ class MemoryJobStore(JobStore):
             found = self._keys.get((submitter, idempotency_key))
             if found is not None:
                 job_id, digest = found
-                if digest != _digest(spec):
-                    raise IdempotencyConflict(
-                        f"idempotency key {idempotency_key!r} was used by {submitter!r} for "
-                        f"job {job_id} with a different spec"
-                    )
+                _check_same_spec(submitter, idempotency_key, job_id, digest, spec)
                 return self._jobs[job_id], False
-            job = Job(
-                _new_id(),
-                submitter,
-                idempotency_key,
-                spec,
-                JobState.PENDING,
-                "",
-                0,
-                {JobState.PENDING: self._clock()},
-            )
+            job = _pending_job(submitter, idempotency_key, spec, self._clock())
             self._jobs[job.job_id] = job
             self._keys[(submitter, idempotency_key)] = (job.job_id, _digest(spec))
             self._events[job.job_id] = []
@@ -320,22 +326,9 @@ class SqliteJobStore(JobStore):
                 (submitter, idempotency_key),
             ).fetchone()
             if row is not None:
-                if row[-1] != _digest(spec):
-                    raise IdempotencyConflict(
-                        f"idempotency key {idempotency_key!r} was used by {submitter!r} for "
-                        f"job {row[0]} with a different spec"
-                    )
+                _check_same_spec(submitter, idempotency_key, row[0], row[-1], spec)
                 return self._job(row[:-1]), False
-            job = Job(
-                _new_id(),
-                submitter,
-                idempotency_key,
-                spec,
-                JobState.PENDING,
-                "",
-                0,
-                {JobState.PENDING: self._clock()},
-            )
+            job = _pending_job(submitter, idempotency_key, spec, self._clock())
             db.execute(
                 "INSERT INTO jobs (job_id, submitter, idempotency_key, spec, spec_digest, state,"
                 " reason, current_round, state_times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from mpcml.graph.ops import SPECS, Attrs, GraphError
+from mpcml.graph.ops import SPECS, Attrs, GraphError, crypten_nn
 from mpcml.graph.trace import GRAPH_VERSION
 from mpcml.proto.v1 import graph_pb2 as pb
 
@@ -66,9 +66,7 @@ def validate(graph: pb.Graph) -> None:
 def build(graph: pb.Graph) -> Any:
     """A crypten.nn module computing `graph` (with placeholder weights until loaded)."""
     validate(graph)
-    from mpcml.graph.ops import _crypten_nn
-
-    module = _crypten_nn().Graph(list(graph.inputs), [graph.output])
+    module = crypten_nn().Graph(list(graph.inputs), [graph.output])
     for node in graph.nodes:
         try:
             op_module = SPECS[node.op].build(decode_attrs(node))

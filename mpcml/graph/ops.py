@@ -34,7 +34,8 @@ class OpSpec:
     buffers: tuple[str, ...] = ()
 
 
-def _crypten_nn() -> Any:
+def crypten_nn() -> Any:
+    """crypten.nn, imported (with mpcml's shims) only when a graph is built."""
     from mpcml.runtime import compat
 
     compat.apply()
@@ -46,7 +47,7 @@ def _crypten_nn() -> Any:
 def _unary(method: str) -> Callable[[Attrs], Any]:
     # crypten.nn lacks some element-wise modules (Tanh); a method call is what they would do.
     def build(attrs: Attrs) -> Any:
-        class _Method(_crypten_nn().Module):  # type: ignore[misc]
+        class _Method(crypten_nn().Module):  # type: ignore[misc]
             def forward(self, x: Any) -> Any:
                 return getattr(x, method)(**attrs)
 
@@ -60,19 +61,31 @@ def _pair(value: Any) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
+def _batch_norm(name: str) -> OpSpec:
+    return OpSpec(
+        name,
+        1,
+        lambda a: getattr(crypten_nn(), name)(
+            a["num_features"], eps=a["eps"], momentum=a["momentum"]
+        ),
+        parameters=("weight", "bias"),
+        buffers=("running_mean", "running_var"),
+    )
+
+
 SPECS: dict[str, OpSpec] = {
     spec.name: spec
     for spec in [
         OpSpec(
             "Linear",
             1,
-            lambda a: _crypten_nn().Linear(a["in_features"], a["out_features"], bias=a["bias"]),
+            lambda a: crypten_nn().Linear(a["in_features"], a["out_features"], bias=a["bias"]),
             parameters=("weight", "bias"),
         ),
         OpSpec(
             "Conv2d",
             1,
-            lambda a: _crypten_nn().Conv2d(
+            lambda a: crypten_nn().Conv2d(
                 a["in_channels"],
                 a["out_channels"],
                 a["kernel_size"],
@@ -84,46 +97,30 @@ SPECS: dict[str, OpSpec] = {
             ),
             parameters=("weight", "bias"),
         ),
-        OpSpec(
-            "BatchNorm1d",
-            1,
-            lambda a: _crypten_nn().BatchNorm1d(
-                a["num_features"], eps=a["eps"], momentum=a["momentum"]
-            ),
-            parameters=("weight", "bias"),
-            buffers=("running_mean", "running_var"),
-        ),
-        OpSpec(
-            "BatchNorm2d",
-            1,
-            lambda a: _crypten_nn().BatchNorm2d(
-                a["num_features"], eps=a["eps"], momentum=a["momentum"]
-            ),
-            parameters=("weight", "bias"),
-            buffers=("running_mean", "running_var"),
-        ),
-        OpSpec("ReLU", 1, lambda a: _crypten_nn().ReLU()),
-        OpSpec("Sigmoid", 1, lambda a: _crypten_nn().Sigmoid()),
+        _batch_norm("BatchNorm1d"),
+        _batch_norm("BatchNorm2d"),
+        OpSpec("ReLU", 1, lambda a: crypten_nn().ReLU()),
+        OpSpec("Sigmoid", 1, lambda a: crypten_nn().Sigmoid()),
         OpSpec("Tanh", 1, _unary("tanh")),
-        OpSpec("Softmax", 1, lambda a: _crypten_nn().Softmax(a["dim"])),
-        OpSpec("Flatten", 1, lambda a: _crypten_nn().Flatten(axis=1)),
-        OpSpec("Dropout", 1, lambda a: _crypten_nn().Dropout(a["p"])),
+        OpSpec("Softmax", 1, lambda a: crypten_nn().Softmax(a["dim"])),
+        OpSpec("Flatten", 1, lambda a: crypten_nn().Flatten(axis=1)),
+        OpSpec("Dropout", 1, lambda a: crypten_nn().Dropout(a["p"])),
         OpSpec(
             "MaxPool2d",
             1,
-            lambda a: _crypten_nn().MaxPool2d(
+            lambda a: crypten_nn().MaxPool2d(
                 a["kernel_size"], stride=a["stride"], padding=a["padding"]
             ),
         ),
         OpSpec(
             "AvgPool2d",
             1,
-            lambda a: _crypten_nn().AvgPool2d(
+            lambda a: crypten_nn().AvgPool2d(
                 a["kernel_size"], stride=a["stride"], padding=a["padding"]
             ),
         ),
-        OpSpec("AdaptiveAvgPool2d", 1, lambda a: _crypten_nn().AdaptiveAvgPool2d(a["output_size"])),
-        OpSpec("Add", 2, lambda a: _crypten_nn().Add()),
+        OpSpec("AdaptiveAvgPool2d", 1, lambda a: crypten_nn().AdaptiveAvgPool2d(a["output_size"])),
+        OpSpec("Add", 2, lambda a: crypten_nn().Add()),
     ]
 }
 
