@@ -1,0 +1,376 @@
+from mpcml.proto.v1 import job_pb2 as _job_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    PENDING: _ClassVar[JobState]
+    STARTING: _ClassVar[JobState]
+    RUNNING: _ClassVar[JobState]
+    COMPLETED: _ClassVar[JobState]
+    FAILED: _ClassVar[JobState]
+    CANCELLED: _ClassVar[JobState]
+JOB_STATE_UNSPECIFIED: JobState
+PENDING: JobState
+STARTING: JobState
+RUNNING: JobState
+COMPLETED: JobState
+FAILED: JobState
+CANCELLED: JobState
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec", "idempotency_key")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    spec: _job_pb2.JobSpec
+    idempotency_key: str
+    def __init__(self, spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: JobState
+    def __init__(self, state: _Optional[_Union[JobState, str]] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id", "after_seq")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    after_seq: int
+    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GetResultRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListPartiesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPartiesResponse(_message.Message):
+    __slots__ = ("parties",)
+    PARTIES_FIELD_NUMBER: _ClassVar[int]
+    parties: _containers.RepeatedCompositeFieldContainer[PartyStatus]
+    def __init__(self, parties: _Optional[_Iterable[_Union[PartyStatus, _Mapping]]] = ...) -> None: ...
+
+class PartyStatus(_message.Message):
+    __slots__ = ("name", "data_address", "device", "connected", "heartbeat_age", "datasets", "models")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_FIELD_NUMBER: _ClassVar[int]
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data_address: str
+    device: str
+    connected: bool
+    heartbeat_age: float
+    datasets: _containers.RepeatedCompositeFieldContainer[DatasetInfo]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key")
+    class StateTimesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_ROUND_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PARTIES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    state: JobState
+    reason: str
+    current_round: int
+    total_rounds: int
+    state_times: _containers.ScalarMap[str, float]
+    submitter: str
+    task: _job_pb2.Task
+    parties: _containers.RepeatedScalarFieldContainer[str]
+    metrics: _containers.ScalarMap[str, float]
+    idempotency_key: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("seq", "at", "kind", "round", "state", "metrics", "message", "total_rounds")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    at: float
+    kind: str
+    round: int
+    state: JobState
+    metrics: _containers.ScalarMap[str, float]
+    message: str
+    total_rounds: int
+    def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., round: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., total_rounds: _Optional[int] = ...) -> None: ...
+
+class JobResult(_message.Message):
+    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    status: JobStatus
+    outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
+    rounds: _containers.RepeatedCompositeFieldContainer[RoundMetrics]
+    bytes_sent: int
+    communication_rounds: int
+    seconds: float
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class RoundMetrics(_message.Message):
+    __slots__ = ("round", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    metrics: _containers.ScalarMap[str, float]
+    def __init__(self, round: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class PartyOutput(_message.Message):
+    __slots__ = ("party", "output", "path", "shape")
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    party: str
+    output: _job_pb2.Output
+    path: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, party: _Optional[str] = ..., output: _Optional[_Union[_job_pb2.Output, str]] = ..., path: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DatasetInfo(_message.Message):
+    __slots__ = ("name", "columns", "rows", "row_shape", "id_column")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    ID_COLUMN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    rows: int
+    row_shape: _containers.RepeatedScalarFieldContainer[int]
+    id_column: str
+    def __init__(self, name: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., id_column: _Optional[str] = ...) -> None: ...
+
+class AttachRequest(_message.Message):
+    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs")
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    party: str
+    data_address: str
+    device: str
+    datasets: _containers.RepeatedCompositeFieldContainer[DatasetInfo]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    running_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("start", "go", "stop")
+    START_FIELD_NUMBER: _ClassVar[int]
+    GO_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    start: StartJob
+    go: GoRound
+    stop: StopJob
+    def __init__(self, start: _Optional[_Union[StartJob, _Mapping]] = ..., go: _Optional[_Union[GoRound, _Mapping]] = ..., stop: _Optional[_Union[StopJob, _Mapping]] = ...) -> None: ...
+
+class StartJob(_message.Message):
+    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec: _job_pb2.JobSpec
+    rank: int
+    peers: _containers.RepeatedCompositeFieldContainer[Peer]
+    total_rounds: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ...) -> None: ...
+
+class Peer(_message.Message):
+    __slots__ = ("name", "address")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class GoRound(_message.Message):
+    __slots__ = ("job_id", "round")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    round: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+
+class StopJob(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("party", "running_jobs")
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    party: str
+    running_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, party: _Optional[str] = ..., running_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerReport(_message.Message):
+    __slots__ = ("job_id", "party", "ready", "done", "finished", "failed")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    party: str
+    ready: Ready
+    done: RoundDone
+    finished: Finished
+    failed: Failure
+    def __init__(self, job_id: _Optional[str] = ..., party: _Optional[str] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., done: _Optional[_Union[RoundDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...
+
+class Ready(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    def __init__(self, rows: _Optional[int] = ...) -> None: ...
+
+class RoundDone(_message.Message):
+    __slots__ = ("round", "metric_shares", "bytes_sent", "communication_rounds", "seconds")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
+    bytes_sent: int
+    communication_rounds: int
+    seconds: float
+    def __init__(self, round: _Optional[int] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class MetricShare(_message.Message):
+    __slots__ = ("name", "share", "scale")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    share: int
+    scale: int
+    def __init__(self, name: _Optional[str] = ..., share: _Optional[int] = ..., scale: _Optional[int] = ...) -> None: ...
+
+class Finished(_message.Message):
+    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds")
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
+    metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
+    bytes_sent: int
+    communication_rounds: int
+    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("reason", "round", "peer")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    round: int
+    peer: bool
+    def __init__(self, reason: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[bool] = ...) -> None: ...
+
+class ReportResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
