@@ -1,0 +1,1 @@
+"""The demo: its model architectures and the example parties' private data (see parties/)."""
