@@ -18,8 +18,6 @@ from typing import Any
 
 import grpc
 import torch
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport import framing, options
@@ -33,6 +31,7 @@ from mpcml.transport.errors import (
 from mpcml.transport.inbox import Inbox
 from mpcml.transport.link import Link, PeerInfo, hello
 from mpcml.transport.server import DataPlaneServicer
+from mpcml.transport.serving import add_health_and_reflection
 from mpcml.transport.tls import TLSFiles, channel_credentials, server_credentials
 
 log = logging.getLogger(__name__)
@@ -104,14 +103,7 @@ class Transport:
             options=options.server_options(self.chunk_bytes),
         )
         server_module.add_to_server(DataPlaneServicer(self), server)
-        health_servicer = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        service = pb.DESCRIPTOR.services_by_name["DataPlane"].full_name
-        for name in ("", service):
-            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        reflection.enable_server_reflection(
-            (service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        add_health_and_reflection(server, [pb.DESCRIPTOR.services_by_name["DataPlane"].full_name])
         try:
             if self.tls is None:
                 port = server.add_insecure_port(self._listen)

@@ -1,0 +1,64 @@
+"""Daemon configuration: a TOML file, with `MPCML_*` environment variables over it.
+
+`MPCML_DATA_ADDRESS=...` overrides the key `data_address`, `MPCML_TLS_CA=...` the key `ca` of
+the `[tls]` table. Relative paths are relative to the config file, so a profile folder can move.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mpcml.transport.tls import TLSFiles
+
+
+class ConfigError(ValueError):
+    """A config file is missing, malformed, or lacks a value; the message names the file."""
+
+
+def load(path: str | Path, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Path]:
+    """The config as a dict, with environment overrides applied, and the folder it lives in."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config {str(path)!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {str(path)!r} is not valid TOML: {exc}") from None
+    env = os.environ if env is None else env
+    for name, value in env.items():
+        if not name.startswith("MPCML_") or not value:
+            continue
+        key = name[len("MPCML_") :].lower()
+        table, _, sub = key.partition("_")
+        if isinstance(data.get(table), dict) and sub:
+            data[table][sub] = value
+        else:
+            data[key] = value
+    return data, path.resolve().parent
+
+
+def need(data: Mapping[str, Any], key: str, where: Path) -> Any:
+    """A required value, or a ConfigError naming the key."""
+    if key not in data or data[key] in ("", None):
+        raise ConfigError(f"the config in {where} needs `{key}`")
+    return data[key]
+
+
+def resolve(base: Path, value: str | Path) -> Path:
+    """A path from the config, relative to the config's folder."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def tls_files(data: Mapping[str, Any], base: Path) -> TLSFiles | None:
+    """The `[tls]` table's files, or None when `insecure = true`."""
+    if str(data.get("insecure", "false")).lower() in ("true", "1", "yes"):
+        return None
+    table = data.get("tls")
+    if not isinstance(table, dict):
+        raise ConfigError(f"the config in {base} needs a [tls] table (ca, cert, key)")
+    return TLSFiles(*(resolve(base, need(table, k, base)) for k in ("ca", "cert", "key")))

@@ -1,0 +1,442 @@
+"""The coordinator's logic: registered parties, and each job's run as numbered rounds.
+
+Everything here is public metadata (DESIGN.md 2). A job goes PENDING -> STARTING when all its
+parties are attached and idle (a party runs one job at a time; later jobs wait), RUNNING when
+every worker reported READY, and through its rounds: GO r to every party, round r committed when
+every party reported DONE r. The first failure of any party fails the job and stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpcml.coordinator.store import (
+    TERMINAL,
+    Event,
+    IdempotencyConflict,
+    Job,
+    JobNotFound,
+    JobState,
+    JobStore,
+)
+from mpcml.jobs.spec import COORDINATOR, parties_in_order, recipients
+from mpcml.jobs.validate import SpecError, validate
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.proto.v1 import job_pb2 as jpb
+
+log = logging.getLogger(__name__)
+
+PEER_FAILURE_GRACE_S = 3.0
+"""After a party reports it failed only because a peer did, wait this long for the peer's own
+reason before failing the job with the echo."""
+
+
+class SchedulerError(Exception):
+    """A request the scheduler refuses; `code` is the gRPC status name to answer with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class PartyLink:
+    """A registered party and the queue of assignments its Attach stream sends."""
+
+    info: cpb.AttachRequest
+    assignments: queue.Queue[cpb.Assignment | None]
+    last_seen: float
+    connected: bool = True
+    job: str | None = None
+
+
+@dataclass
+class Run:
+    """A job between STARTING and its end."""
+
+    job_id: str
+    spec: jpb.JobSpec
+    parties: list[str]
+    total_rounds: int
+    round: int = 0
+    round_started: float = 0.0
+    ready: set[str] = field(default_factory=set)
+    done: dict[str, cpb.RoundDone] = field(default_factory=dict)
+    finished: dict[str, cpb.Finished] = field(default_factory=dict)
+    echo: tuple[float, str] | None = None
+    """(when, reason) of the first failure that only echoes a peer's."""
+
+
+def reconstruct(shares: list[cpb.MetricShare]) -> dict[str, float]:
+    """Sum additive fixed-point shares modulo 2^64 and decode them."""
+    sums: dict[str, int] = {}
+    scales: dict[str, int] = {}
+    for s in shares:
+        sums[s.name] = (sums.get(s.name, 0) + s.share) % 2**64
+        scales[s.name] = s.scale
+    out = {}
+    for name, total in sums.items():
+        signed = total - 2**64 if total >= 2**63 else total
+        out[name] = signed / max(scales[name], 1)
+    return out
+
+
+class Scheduler:
+    """Parties, jobs and rounds; every method is safe to call from any gRPC thread."""
+
+    def __init__(self, store: JobStore, roster: list[str], heartbeat_timeout: float = 15.0) -> None:
+        self.store = store
+        self.roster = roster
+        self.heartbeat_timeout = heartbeat_timeout
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._parties: dict[str, PartyLink] = {}
+        self._runs: dict[str, Run] = {}
+        with self._lock:
+            self._interrupted()
+
+    def _interrupted(self) -> None:
+        for job in self.store.jobs():
+            if job.state in (JobState.STARTING, JobState.RUNNING):
+                self._end(
+                    job.job_id,
+                    JobState.FAILED,
+                    f"interrupted: the coordinator restarted during round {job.current_round}",
+                )
+
+    # --- events -----------------------------------------------------------------------------
+
+    def _event(self, job_id: str, kind: str, round: int = 0, **data: Any) -> Event:
+        event = self.store.add_event(job_id, kind, round, data)
+        self._changed.notify_all()
+        return event
+
+    def _end(self, job_id: str, state: JobState, reason: str = "") -> None:
+        job = self.store.transition(job_id, state, reason)
+        self._event(job_id, "state", job.current_round, state=state.value, reason=reason)
+        run = self._runs.pop(job_id, None)
+        if run is None:
+            return
+        for name in run.parties:
+            link = self._parties.get(name)
+            if link is not None and link.job == job_id:
+                link.job = None
+                if state != JobState.COMPLETED:
+                    link.assignments.put(
+                        cpb.Assignment(stop=cpb.StopJob(job_id=job_id, reason=reason))
+                    )
+        log.info("job %s %s %s", job_id, state.value, reason)
+        self._schedule()
+
+    # --- parties ----------------------------------------------------------------------------
+
+    def attach(self, info: cpb.AttachRequest) -> queue.Queue[cpb.Assignment | None]:
+        """Register `info.party`; a newer Attach of the same party replaces the older one."""
+        with self._lock:
+            if self.roster and info.party not in self.roster:
+                raise SchedulerError(
+                    "PERMISSION_DENIED",
+                    f"party {info.party!r} is not in the coordinator's roster "
+                    f"({', '.join(self.roster)})",
+                )
+            old = self._parties.get(info.party)
+            if old is not None:
+                old.assignments.put(None)
+                if old.job is not None:
+                    self._fail(old.job, f"party {info.party!r} re-registered while running it")
+            link = PartyLink(info, queue.Queue(), time.monotonic())
+            self._parties[info.party] = link
+            log.info("party %s attached from %s", info.party, info.data_address)
+            self._schedule()
+            return link.assignments
+
+    def detach(self, name: str, assignments: queue.Queue[cpb.Assignment | None]) -> None:
+        """The party's Attach stream ended."""
+        with self._lock:
+            link = self._parties.get(name)
+            if link is None or link.assignments is not assignments:
+                return
+            link.connected = False
+            if link.job is not None:
+                self._fail(link.job, f"party {name!r} disconnected from the coordinator")
+            log.warning("party %s detached", name)
+
+    def heartbeat(self, name: str) -> None:
+        """Note that `name` is alive."""
+        with self._lock:
+            link = self._parties.get(name)
+            if link is None or not link.connected:
+                raise SchedulerError("FAILED_PRECONDITION", f"party {name!r} is not attached")
+            link.last_seen = time.monotonic()
+
+    def parties(self) -> list[cpb.PartyStatus]:
+        """Every party that has registered since the coordinator started."""
+        with self._lock:
+            now = time.monotonic()
+            return [
+                cpb.PartyStatus(
+                    name=name,
+                    data_address=link.info.data_address,
+                    device=link.info.device,
+                    connected=link.connected,
+                    heartbeat_age=now - link.last_seen,
+                    datasets=list(link.info.datasets),
+                    models=list(link.info.models),
+                )
+                for name, link in sorted(self._parties.items())
+            ]
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def submit(self, spec: jpb.JobSpec, idempotency_key: str, submitter: str) -> Job:
+        """Validate and store a job; the same key and spec give the same job."""
+        with self._lock:
+            spec = self._normalise(spec)
+            registered = {n: p.info for n, p in self._parties.items() if p.connected}
+            try:
+                plan = validate(spec, registered, self.roster)
+            except SpecError as exc:
+                raise SchedulerError(
+                    "FAILED_PRECONDITION" if exc.precondition else "INVALID_ARGUMENT", str(exc)
+                ) from None
+            key = idempotency_key or f"auto-{time.time_ns()}"
+            try:
+                job, created = self.store.create(
+                    submitter, key, spec.SerializeToString(deterministic=True)
+                )
+            except IdempotencyConflict as exc:
+                raise SchedulerError("ALREADY_EXISTS", str(exc)) from None
+            if created:
+                self._event(
+                    job.job_id,
+                    "submitted",
+                    total_rounds=plan.total_rounds,
+                    parties=list(spec.parties),
+                    name=spec.name,
+                )
+                self._event(job.job_id, "state", state=JobState.PENDING.value)
+                log.info(
+                    "job %s submitted by %s: %d rounds", job.job_id, submitter, plan.total_rounds
+                )
+                self._schedule()
+            return self.store.get(job.job_id)
+
+    def _normalise(self, spec: jpb.JobSpec) -> jpb.JobSpec:
+        spec = jpb.JobSpec.FromString(spec.SerializeToString())
+        if spec.split == jpb.SPLIT_UNSPECIFIED and len(spec.features) <= 1:
+            spec.split = jpb.SPLIT_VERTICAL
+        if spec.weights.WhichOneof("source") == "from_job":
+            source = self.job(spec.weights.from_job)
+            trained = jpb.JobSpec.FromString(source.spec)
+            if source.state != JobState.COMPLETED or trained.task != jpb.TASK_TRAIN:
+                raise SchedulerError(
+                    "FAILED_PRECONDITION",
+                    f"job {source.job_id} is a {jpb.Task.Name(trained.task)} job in state "
+                    f"{source.state}; only a COMPLETED train job leaves a model to use",
+                )
+            if not spec.graph.nodes:
+                spec.graph.CopyFrom(trained.graph)
+            elif spec.graph != trained.graph:
+                raise SchedulerError(
+                    "INVALID_ARGUMENT", f"the job's graph differs from job {source.job_id}'s model"
+                )
+            if spec.parties and list(spec.parties) != list(trained.parties):
+                raise SchedulerError(
+                    "INVALID_ARGUMENT",
+                    f"job {source.job_id}'s model is shared among {list(trained.parties)} in "
+                    f"that order; this job names {list(spec.parties)}",
+                )
+            mine = set(parties_in_order(spec)) - set(trained.parties)
+            if mine:
+                raise SchedulerError(
+                    "INVALID_ARGUMENT",
+                    f"parties {sorted(mine)} hold no shares of job {source.job_id}'s model "
+                    f"(shared among {list(trained.parties)})",
+                )
+            del spec.parties[:]
+            spec.parties.extend(trained.parties)
+        elif not spec.parties:
+            spec.parties.extend(parties_in_order(spec))
+        return spec
+
+    def job(self, job_id: str) -> Job:
+        """The stored job, or NOT_FOUND."""
+        try:
+            return self.store.get(job_id)
+        except JobNotFound as exc:
+            raise SchedulerError("NOT_FOUND", str(exc)) from None
+
+    def cancel(self, job_id: str, reason: str) -> Job:
+        """Cancel a job that has not ended; its workers are stopped."""
+        with self._lock:
+            job = self.job(job_id)
+            if job.state in TERMINAL:
+                raise SchedulerError(
+                    "FAILED_PRECONDITION", f"job {job_id} has already ended ({job.state})"
+                )
+            self._end(job_id, JobState.CANCELLED, reason or "cancelled by the submitter")
+            return self.store.get(job_id)
+
+    def _schedule(self) -> None:
+        for job in self.store.jobs(JobState.PENDING):
+            spec = jpb.JobSpec.FromString(job.spec)
+            links = [self._parties.get(p) for p in spec.parties]
+            if any(link is None or not link.connected or link.job for link in links):
+                continue
+            self._start(job, spec, [link for link in links if link is not None])
+
+    def _start(self, job: Job, spec: jpb.JobSpec, links: list[PartyLink]) -> None:
+        total = int(self.store.events(job.job_id)[0].data["total_rounds"])
+        run = Run(job.job_id, spec, list(spec.parties), total)
+        self._runs[job.job_id] = run
+        self.store.transition(job.job_id, JobState.STARTING)
+        self._event(job.job_id, "state", state=JobState.STARTING.value)
+        peers = [cpb.Peer(name=p.info.party, address=p.info.data_address) for p in links]
+        for rank, link in enumerate(links):
+            link.job = job.job_id
+            link.assignments.put(
+                cpb.Assignment(
+                    start=cpb.StartJob(
+                        job_id=job.job_id, spec=spec, rank=rank, peers=peers, total_rounds=total
+                    )
+                )
+            )
+
+    # --- reports from workers ---------------------------------------------------------------
+
+    def report(self, party: str, report: cpb.WorkerReport) -> None:
+        """A worker's READY, DONE, FINISHED or FAILED."""
+        with self._lock:
+            run = self._runs.get(report.job_id)
+            if run is None:
+                job = self.job(report.job_id)
+                raise SchedulerError(
+                    "FAILED_PRECONDITION", f"job {report.job_id} is not running ({job.state})"
+                )
+            if party not in run.parties:
+                raise SchedulerError(
+                    "PERMISSION_DENIED", f"party {party!r} is not a party of job {run.job_id}"
+                )
+            kind = report.WhichOneof("kind")
+            if kind == "failed":
+                self._on_failure(run, party, report.failed)
+            elif kind == "ready":
+                self._on_ready(run, party, report.ready)
+            elif kind == "done":
+                self._on_done(run, party, report.done)
+            elif kind == "finished":
+                self._on_finished(run, party, report.finished)
+            else:
+                raise SchedulerError("INVALID_ARGUMENT", "the report carries nothing")
+
+    def _on_failure(self, run: Run, party: str, failure: cpb.Failure) -> None:
+        reason = f"party {party!r} failed: {failure.reason}"
+        if failure.peer:
+            if run.echo is None:
+                run.echo = (time.monotonic(), reason)
+            return
+        self._fail(run.job_id, reason)
+
+    def _fail(self, job_id: str, reason: str) -> None:
+        if job_id in self._runs:
+            self._end(job_id, JobState.FAILED, reason)
+
+    def _on_ready(self, run: Run, party: str, ready: cpb.Ready) -> None:
+        run.ready.add(party)
+        self._event(run.job_id, "party_ready", party=party, rows=ready.rows)
+        if run.ready == set(run.parties) and run.round == 0:
+            self.store.transition(run.job_id, JobState.RUNNING)
+            self._event(run.job_id, "state", state=JobState.RUNNING.value)
+            self._go(run, 1)
+
+    def _go(self, run: Run, round: int) -> None:
+        run.round, run.done, run.round_started = round, {}, time.monotonic()
+        self.store.set_round(run.job_id, round)
+        self._event(run.job_id, "round_started", round, total_rounds=run.total_rounds)
+        for name in run.parties:
+            self._parties[name].assignments.put(
+                cpb.Assignment(go=cpb.GoRound(job_id=run.job_id, round=round))
+            )
+
+    def _on_done(self, run: Run, party: str, done: cpb.RoundDone) -> None:
+        if done.round != run.round:
+            raise SchedulerError(
+                "FAILED_PRECONDITION",
+                f"party {party!r} reported round {done.round}; round {run.round} is running",
+            )
+        run.done[party] = done
+        if set(run.done) != set(run.parties):
+            return
+        shares = [s for d in run.done.values() for s in d.metric_shares]
+        metrics = reconstruct(shares) if self._public_metrics(run) else {}
+        self._event(
+            run.job_id,
+            "round_done",
+            run.round,
+            metrics=metrics,
+            seconds=time.monotonic() - run.round_started,
+            total_rounds=run.total_rounds,
+        )
+        if run.round < run.total_rounds:
+            self._go(run, run.round + 1)
+
+    @staticmethod
+    def _public_metrics(run: Run) -> bool:
+        return COORDINATOR in recipients(run.spec, jpb.OUTPUT_METRICS)
+
+    def _on_finished(self, run: Run, party: str, finished: cpb.Finished) -> None:
+        run.finished[party] = finished
+        self._event(
+            run.job_id,
+            "party_finished",
+            run.round,
+            party=party,
+            outputs=[
+                {"output": jpb.Output.Name(o.output), "path": o.path, "shape": list(o.shape)}
+                for o in finished.outputs
+            ],
+            bytes_sent=finished.bytes_sent,
+            communication_rounds=finished.communication_rounds,
+        )
+        if set(run.finished) != set(run.parties):
+            return
+        shares = [s for f in run.finished.values() for s in f.metric_shares]
+        if shares and self._public_metrics(run):
+            self._event(run.job_id, "final_metrics", run.round, metrics=reconstruct(shares))
+        self._end(run.job_id, JobState.COMPLETED)
+
+    # --- time -------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Fail jobs of parties whose heartbeats stopped, and echoes whose grace ran out."""
+        with self._lock:
+            now = time.monotonic()
+            for name, link in self._parties.items():
+                silent = now - link.last_seen
+                if link.connected and silent > self.heartbeat_timeout:
+                    link.connected = False
+                    link.assignments.put(None)
+                    log.warning("party %s missed its heartbeats for %.0f s", name, silent)
+                    if link.job is not None:
+                        self._fail(
+                            link.job,
+                            f"party {name!r} sent no heartbeat for {silent:.0f} s "
+                            f"(timeout {self.heartbeat_timeout:.0f} s)",
+                        )
+            for run in list(self._runs.values()):
+                if run.echo is not None and now - run.echo[0] > PEER_FAILURE_GRACE_S:
+                    self._fail(run.job_id, run.echo[1])
+
+    def wait_events(self, job_id: str, after: int, timeout: float) -> list[Event]:
+        """The job's events after `after`, waiting up to `timeout` for one to arrive."""
+        with self._lock:
+            events = self.store.events(job_id, after)
+            if not events:
+                self._changed.wait(timeout)
+                events = self.store.events(job_id, after)
+            return events

@@ -1,0 +1,95 @@
+"""`mpcml coordinator`: its config, and the server that runs the scheduler."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from mpcml import config as cfg
+from mpcml.coordinator.scheduler import Scheduler
+from mpcml.coordinator.service import CoordinatorService, PartyControlService
+from mpcml.coordinator.store import SqliteJobStore
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.tls import TLSFiles
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest request accepted: a job spec with its graph (weights never travel here)."""
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """What `coordinator.toml` holds."""
+
+    listen: str
+    database: Path
+    tls: TLSFiles | None
+    roster: tuple[str, ...]
+    heartbeat_timeout: float
+
+    @classmethod
+    def load(cls, path: str | Path) -> CoordinatorConfig:
+        """Read the file (and `MPCML_*` overrides)."""
+        data, base = cfg.load(path)
+        roster = data.get("parties", [])
+        if isinstance(roster, str):
+            roster = [p for p in roster.split(",") if p]
+        return cls(
+            listen=str(cfg.need(data, "listen", base)),
+            database=cfg.resolve(base, str(data.get("database", "coordinator.db"))),
+            tls=cfg.tls_files(data, base),
+            roster=tuple(roster),
+            heartbeat_timeout=float(data.get("heartbeat_timeout_s", 15)),
+        )
+
+
+def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
+    """Serve until `stop` is set."""
+    if config.tls is None:
+        log.warning(
+            "the coordinator runs over PLAINTEXT gRPC with no authentication (insecure): "
+            "use it only for debugging"
+        )
+    config.database.parent.mkdir(parents=True, exist_ok=True)
+    store = SqliteJobStore(config.database)
+    scheduler = Scheduler(store, list(config.roster), config.heartbeat_timeout)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="mpcml-coordinator"),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.max_ping_strikes", 0),
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    insecure = config.tls is None
+    cgrpc.add_CoordinatorServicer_to_server(CoordinatorService(scheduler, insecure), server)
+    cgrpc.add_PartyControlServicer_to_server(PartyControlService(scheduler, insecure), server)
+    services = [
+        cpb.DESCRIPTOR.services_by_name[n].full_name for n in ("Coordinator", "PartyControl")
+    ]
+    add_health_and_reflection(server, services)
+    port = bind(server, config.listen, config.tls)
+    server.start()
+    log.info(
+        "coordinator listening on %s (port %d), jobs in %s", config.listen, port, config.database
+    )
+    try:
+        while not stop.wait(TICK_S):
+            scheduler.tick()
+    finally:
+        server.stop(grace=2).wait()
+        store.close()
+        log.info("coordinator stopped")

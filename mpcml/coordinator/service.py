@@ -1,0 +1,264 @@
+"""The coordinator's gRPC services: `Coordinator` for clients, `PartyControl` for parties.
+
+A caller's identity is its client certificate's common name. Every request is checked before it
+reaches the scheduler, and every refusal is a gRPC status whose message names the problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Iterator
+from typing import NoReturn
+
+import grpc
+
+from mpcml.coordinator.scheduler import Scheduler, SchedulerError
+from mpcml.coordinator.store import TERMINAL, Event, Job, JobState
+from mpcml.jobs.spec import parties_in_order
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.transport.tls import caller_common_name
+
+log = logging.getLogger(__name__)
+
+WATCH_POLL_S = 1.0
+
+
+def _abort(context: grpc.ServicerContext, code: str, message: str) -> NoReturn:
+    context.abort(getattr(grpc.StatusCode, code), message)
+    raise AssertionError("unreachable")
+
+
+def _caller(context: grpc.ServicerContext, claimed: str, insecure: bool) -> str:
+    name = caller_common_name(context)
+    if name is None:
+        if not insecure:
+            _abort(context, "UNAUTHENTICATED", "a client certificate is required")
+        return claimed or "anonymous"
+    if claimed and claimed != name:
+        _abort(
+            context,
+            "PERMISSION_DENIED",
+            f"the caller's certificate names {name!r}, the request claims {claimed!r}",
+        )
+    return name
+
+
+def job_status(job: Job, events: list[Event]) -> cpb.JobStatus:
+    """A job's public status from its store record and its event log."""
+    spec = jpb.JobSpec.FromString(job.spec)
+    status = cpb.JobStatus(
+        job_id=job.job_id,
+        name=spec.name,
+        state=job.state.value,
+        reason=job.reason,
+        current_round=job.current_round,
+        submitter=job.submitter,
+        task=spec.task,
+        parties=parties_in_order(spec),
+        idempotency_key=job.idempotency_key,
+    )
+    status.state_times.update(job.state_times)
+    for event in events:
+        if event.kind == "submitted":
+            status.total_rounds = int(event.data["total_rounds"])
+        elif event.kind in ("round_done", "final_metrics"):
+            status.metrics.clear()
+            status.metrics.update(event.data.get("metrics", {}))
+    return status
+
+
+def job_event(event: Event) -> cpb.JobEvent:
+    """A store event as the public `JobEvent`."""
+    out = cpb.JobEvent(
+        seq=event.seq,
+        at=event.at,
+        kind=event.kind,
+        round=event.round,
+        message=str(event.data.get("reason") or event.data.get("party") or ""),
+        total_rounds=int(event.data.get("total_rounds", 0)),
+        state=event.data.get("state", "JOB_STATE_UNSPECIFIED"),
+    )
+    out.metrics.update(event.data.get("metrics", {}))
+    return out
+
+
+class CoordinatorService(cgrpc.CoordinatorServicer):
+    """Submit, watch, cancel and read jobs."""
+
+    def __init__(self, scheduler: Scheduler, insecure: bool = False) -> None:
+        self.scheduler = scheduler
+        self.insecure = insecure
+
+    def _job(self, job_id: str, context: grpc.ServicerContext) -> Job:
+        if not job_id:
+            _abort(context, "INVALID_ARGUMENT", "job_id is empty")
+        try:
+            return self.scheduler.job(job_id)
+        except SchedulerError as exc:
+            _abort(context, exc.code, str(exc))
+
+    def _status(self, job: Job) -> cpb.JobStatus:
+        return job_status(job, self.scheduler.store.events(job.job_id))
+
+    def SubmitJob(
+        self, request: cpb.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> cpb.JobStatus:
+        """Validate and queue a job."""
+        submitter = _caller(context, "", self.insecure)
+        if len(request.idempotency_key) > 200:
+            _abort(context, "INVALID_ARGUMENT", "the idempotency key is longer than 200 characters")
+        try:
+            job = self.scheduler.submit(request.spec, request.idempotency_key, submitter)
+        except SchedulerError as exc:
+            log.info("refused a job from %s: %s", submitter, exc)
+            _abort(context, exc.code, str(exc))
+        return self._status(job)
+
+    def GetJob(self, request: cpb.GetJobRequest, context: grpc.ServicerContext) -> cpb.JobStatus:
+        """One job's status."""
+        _caller(context, "", self.insecure)
+        return self._status(self._job(request.job_id, context))
+
+    def ListJobs(
+        self, request: cpb.ListJobsRequest, context: grpc.ServicerContext
+    ) -> cpb.ListJobsResponse:
+        """Jobs in submission order."""
+        _caller(context, "", self.insecure)
+        if request.state not in cpb.JobState.values():
+            _abort(context, "INVALID_ARGUMENT", f"unknown job state {request.state}")
+        state = (
+            None
+            if request.state == cpb.JOB_STATE_UNSPECIFIED
+            else JobState(cpb.JobState.Name(request.state))
+        )
+        jobs = self.scheduler.store.jobs(state)
+        return cpb.ListJobsResponse(jobs=[self._status(j) for j in jobs])
+
+    def WatchJob(
+        self, request: cpb.WatchJobRequest, context: grpc.ServicerContext
+    ) -> Iterator[cpb.JobEvent]:
+        """Events until the job has ended and all were sent."""
+        _caller(context, "", self.insecure)
+        job = self._job(request.job_id, context)
+        after = request.after_seq
+        while context.is_active():
+            events = self.scheduler.wait_events(job.job_id, after, WATCH_POLL_S)
+            for event in events:
+                yield job_event(event)
+                after = event.seq
+            if not events and self.scheduler.store.get(job.job_id).state in TERMINAL:
+                return
+
+    def CancelJob(
+        self, request: cpb.CancelJobRequest, context: grpc.ServicerContext
+    ) -> cpb.JobStatus:
+        """Cancel a job and stop its workers."""
+        who = _caller(context, "", self.insecure)
+        job = self._job(request.job_id, context)
+        try:
+            job = self.scheduler.cancel(job.job_id, request.reason or f"cancelled by {who}")
+        except SchedulerError as exc:
+            _abort(context, exc.code, str(exc))
+        return self._status(job)
+
+    def GetResult(
+        self, request: cpb.GetResultRequest, context: grpc.ServicerContext
+    ) -> cpb.JobResult:
+        """The public part of a job's results."""
+        _caller(context, "", self.insecure)
+        job = self._job(request.job_id, context)
+        events = self.scheduler.store.events(job.job_id)
+        result = cpb.JobResult(status=job_status(job, events))
+        for e in events:
+            if e.kind == "round_done":
+                result.rounds.append(cpb.RoundMetrics(round=e.round, metrics=e.data["metrics"]))
+            elif e.kind == "party_finished":
+                result.bytes_sent += int(e.data["bytes_sent"])
+                result.communication_rounds = max(
+                    result.communication_rounds, int(e.data["communication_rounds"])
+                )
+                for o in e.data["outputs"]:
+                    result.outputs.append(
+                        cpb.PartyOutput(
+                            party=e.data["party"],
+                            output=o["output"],
+                            path=o["path"],
+                            shape=o["shape"],
+                        )
+                    )
+        times = job.state_times
+        if JobState.RUNNING.value in times:
+            end = max(times.values())
+            result.seconds = end - times[JobState.STARTING.value]
+        return result
+
+    def ListParties(
+        self, request: cpb.ListPartiesRequest, context: grpc.ServicerContext
+    ) -> cpb.ListPartiesResponse:
+        """Parties registered since the coordinator started."""
+        _caller(context, "", self.insecure)
+        return cpb.ListPartiesResponse(parties=self.scheduler.parties())
+
+
+class PartyControlService(cgrpc.PartyControlServicer):
+    """Registration, heartbeats and worker reports from party daemons."""
+
+    def __init__(self, scheduler: Scheduler, insecure: bool = False) -> None:
+        self.scheduler = scheduler
+        self.insecure = insecure
+
+    def Attach(
+        self, request: cpb.AttachRequest, context: grpc.ServicerContext
+    ) -> Iterator[cpb.Assignment]:
+        """Register and stream assignments."""
+        party = _caller(context, request.party, self.insecure)
+        if not request.party:
+            _abort(context, "INVALID_ARGUMENT", "the request names no party")
+        if not request.data_address.rpartition(":")[2].isdigit():
+            _abort(
+                context,
+                "INVALID_ARGUMENT",
+                f"data_address {request.data_address!r} is not HOST:PORT",
+            )
+        try:
+            assignments = self.scheduler.attach(request)
+        except SchedulerError as exc:
+            _abort(context, exc.code, str(exc))
+        try:
+            while context.is_active():
+                try:
+                    item = assignments.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    return
+                yield item
+        finally:
+            self.scheduler.detach(party, assignments)
+
+    def Heartbeat(
+        self, request: cpb.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> cpb.HeartbeatResponse:
+        """Note the party is alive."""
+        party = _caller(context, request.party, self.insecure)
+        try:
+            self.scheduler.heartbeat(party)
+        except SchedulerError as exc:
+            _abort(context, exc.code, str(exc))
+        return cpb.HeartbeatResponse()
+
+    def Report(
+        self, request: cpb.WorkerReport, context: grpc.ServicerContext
+    ) -> cpb.ReportResponse:
+        """A worker's progress."""
+        party = _caller(context, request.party, self.insecure)
+        if not request.job_id:
+            _abort(context, "INVALID_ARGUMENT", "the report names no job")
+        try:
+            self.scheduler.report(party, request)
+        except SchedulerError as exc:
+            _abort(context, exc.code, str(exc))
+        return cpb.ReportResponse()

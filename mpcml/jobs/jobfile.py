@@ -1,0 +1,124 @@
+"""The job file (`mpcml job submit FILE`): TOML, checked against `jobfile.schema.json`."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from mpcml.api.job import Job, JobSpecError
+
+SCHEMA_PATH = Path(__file__).with_name("jobfile.schema.json")
+
+
+class JobFileError(ValueError):
+    """A job file is unreadable, does not match the schema, or names a model that does not load."""
+
+
+def schema() -> dict[str, Any]:
+    """The job file's JSON Schema."""
+    return json.loads(SCHEMA_PATH.read_text())  # type: ignore[no-any-return]
+
+
+def _model_class(ref: str, base: Path) -> Any:
+    module_name, _, cls = ref.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            path = (base / module_name).resolve()
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None or not path.is_file():
+                raise JobFileError(f"model: no Python file {str(path)!r}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(path.stem, module)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise JobFileError(f"model: cannot import {module_name!r}: {exc}") from None
+    try:
+        return getattr(module, cls)
+    except AttributeError:
+        raise JobFileError(f"model: {module_name!r} has no {cls!r}") from None
+
+
+def load(path: str | Path) -> tuple[Job, str]:
+    """The job a file describes, and its idempotency key ("" when it names none)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise JobFileError(f"cannot read the job file {str(path)!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError(f"{path}: not valid TOML: {exc}") from None
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema()).iter_errors(data), key=lambda e: list(e.path)
+    )
+    if errors:
+        first = errors[0]
+        where = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise JobFileError(f"{path}: {where}: {first.message}")
+    return _job(data, path.resolve().parent), str(data.get("idempotency_key", ""))
+
+
+def _job(data: dict[str, Any], base: Path) -> Job:
+    model = None
+    if "model" in data:
+        cls = _model_class(data["model"]["python"], base)
+        try:
+            model = cls(**data["model"].get("args", {}))
+        except TypeError as exc:
+            raise JobFileError(f"model: {exc}") from None
+    weights = data.get("weights", {})
+    private = weights.get("private")
+    common: dict[str, Any] = {
+        "reveal": data.get("reveal"),
+        "split": data.get("split", "vertical"),
+        "align_on": data.get("align_on", ""),
+        "name": data.get("name", ""),
+        "from_job": weights.get("from_job"),
+        "weights": {private["party"]: private["model"]} if private else None,
+    }
+    task = data["task"]
+    try:
+        if task == "train":
+            if model is None and not common["from_job"]:
+                raise JobFileError("a train job needs [model]")
+            t = data.get("train", {})
+            return Job.train(
+                model,
+                data["features"],
+                data.get("labels", {}),
+                epochs=t.get("epochs", 1),
+                lr=t.get("learning_rate", 0.1),
+                batch_size=t.get("batch_size", 64),
+                momentum=t.get("momentum", 0.0),
+                weight_decay=t.get("weight_decay", 0.0),
+                loss=t.get("loss", "bce"),
+                batches_per_round=t.get("batches_per_round", 0),
+                shuffle=t.get("shuffle", False),
+                shuffle_seed=t.get("shuffle_seed", 0),
+                seed=weights.get("init_seed", 0),
+                **common,
+            )
+        if "train" in data:
+            raise JobFileError(f"a {task} job takes no [train] table")
+        if task == "infer":
+            return Job.infer(
+                data["features"], model=model, batch_size=data.get("batch_size", 128), **common
+            )
+        return Job.evaluate(
+            data["features"],
+            data.get("labels", {}),
+            loss=data.get("loss", "bce"),
+            model=model,
+            batch_size=data.get("batch_size", 128),
+            **common,
+        )
+    except JobSpecError as exc:
+        raise JobFileError(str(exc)) from None
