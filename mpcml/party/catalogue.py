@@ -1,0 +1,112 @@
+"""A party's private datasets.
+
+What the party tells the coordinator (names, columns, row counts), and what its worker loads
+(the values, which never leave the party unencrypted).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpcml.party.config import DatasetEntry
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+
+
+class DataError(ValueError):
+    """A dataset is missing, unreadable or does not match the job; the message names it."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A loaded dataset: one row per sample, the id column apart."""
+
+    columns: list[str]
+    values: np.ndarray
+    ids: np.ndarray | None
+
+
+def read(entry: DatasetEntry) -> Table:
+    """The whole dataset."""
+    try:
+        if entry.path.suffix == ".npz":
+            return _read_npz(entry)
+        return _read_csv(entry)
+    except OSError as exc:
+        raise DataError(
+            f"dataset {entry.name!r}: cannot read {entry.path}: {exc.strerror}"
+        ) from None
+
+
+def _read_csv(entry: DatasetEntry) -> Table:
+    with entry.path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        raise DataError(f"dataset {entry.name!r}: {entry.path} is empty")
+    header, body = rows[0], rows[1:]
+    try:
+        values = np.array([[float(v) for v in row] for row in body], dtype=np.float64)
+    except ValueError as exc:
+        raise DataError(
+            f"dataset {entry.name!r}: {entry.path} has a non-numeric value: {exc}"
+        ) from None
+    if body and values.shape[1] != len(header):
+        raise DataError(f"dataset {entry.name!r}: rows of {entry.path} do not match its header")
+    values = values.reshape(len(body), len(header))
+    ids = None
+    if entry.id_column:
+        if entry.id_column not in header:
+            raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
+        i = header.index(entry.id_column)
+        ids = values[:, i].astype(np.int64)
+        values = np.delete(values, i, axis=1)
+        header = [c for c in header if c != entry.id_column]
+    return Table(header, values.astype(np.float32), ids)
+
+
+def _read_npz(entry: DatasetEntry) -> Table:
+    with np.load(entry.path, allow_pickle=False) as npz:
+        if entry.array not in npz:
+            raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {entry.array!r}")
+        values = np.asarray(npz[entry.array], dtype=np.float32)
+        ids = np.asarray(npz[entry.id_column], dtype=np.int64) if entry.id_column else None
+    if ids is not None and len(ids) != len(values):
+        raise DataError(f"dataset {entry.name!r}: {len(ids)} ids for {len(values)} rows")
+    columns = [f"c{i}" for i in range(values.shape[1])] if values.ndim == 2 else []
+    return Table(columns, values, ids)
+
+
+def describe(entry: DatasetEntry) -> cpb.DatasetInfo:
+    """The public description the party registers with."""
+    table = read(entry)
+    return cpb.DatasetInfo(
+        name=entry.name,
+        columns=table.columns,
+        rows=len(table.values),
+        row_shape=list(table.values.shape[1:]),
+        id_column=entry.id_column,
+    )
+
+
+def select(
+    table: Table, entry: DatasetEntry, columns: Sequence[str], align_on: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The job's view: the chosen columns, rows ordered by id when the job aligns on ids."""
+    values = table.values
+    if columns:
+        missing = [c for c in columns if c not in table.columns]
+        if missing:
+            raise DataError(f"dataset {entry.name!r} has no column(s) {missing}")
+        values = values[:, [table.columns.index(c) for c in columns]]
+    ids = table.ids
+    if align_on:
+        if ids is None or entry.id_column != align_on:
+            raise DataError(f"dataset {entry.name!r} has no id column {align_on!r}")
+        if len(np.unique(ids)) != len(ids):
+            raise DataError(f"dataset {entry.name!r}: id column {align_on!r} repeats ids")
+        order = np.argsort(ids, kind="stable")
+        values, ids = values[order], ids[order]
+    return values, ids

@@ -1,0 +1,103 @@
+"""`party.toml`: who the party is, where it listens, and its private catalogue.
+
+```toml
+name = "alice"
+data_address = "127.0.0.1:7101"   # where the other parties reach this party's job worker
+coordinator = "127.0.0.1:7000"
+device = "cpu"                     # or "cuda:0"
+[tls]
+ca = "certs/ca.pem"
+cert = "certs/alice.pem"
+key = "certs/alice.key"
+[datasets.bc-train]
+path = "data/bc_train.csv"         # CSV with a header row, or .npz
+id_column = "id"
+[models.digits-mlp]
+path = "models/digits_mlp.pt"      # a torch state_dict, read with weights_only=True
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpcml import config as cfg
+from mpcml.transport.tls import TLSFiles
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One dataset of the catalogue."""
+
+    name: str
+    path: Path
+    id_column: str = ""
+    array: str = "x"
+    """For .npz files: the array holding the rows."""
+
+
+@dataclass(frozen=True)
+class PartyConfig:
+    """A party daemon's settings; plain values, so a spawned worker gets a copy."""
+
+    name: str
+    data_address: str
+    listen: str
+    coordinator: str
+    coordinator_name: str
+    device: str
+    tls: TLSFiles | None
+    state_dir: Path
+    results_dir: Path
+    heartbeat_s: float
+    datasets: dict[str, DatasetEntry] = field(default_factory=dict)
+    models: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PartyConfig:
+        """Read the file (and `MPCML_*` overrides); paths are relative to the file."""
+        data, base = cfg.load(path)
+        name = str(cfg.need(data, "name", base))
+        data_address = str(cfg.need(data, "data_address", base))
+        datasets = {
+            key: _dataset(key, entry, base) for key, entry in dict(data.get("datasets", {})).items()
+        }
+        models = {
+            key: cfg.resolve(base, str(cfg.need(entry, "path", base)))
+            for key, entry in dict(data.get("models", {})).items()
+        }
+        return cls(
+            name=name,
+            data_address=data_address,
+            listen=str(data.get("listen", data_address)),
+            coordinator=str(cfg.need(data, "coordinator", base)),
+            coordinator_name=str(data.get("coordinator_name", "coordinator")),
+            device=str(data.get("device", "cpu")),
+            tls=cfg.tls_files(data, base),
+            state_dir=cfg.resolve(base, str(data.get("state_dir", "state"))),
+            results_dir=cfg.resolve(base, str(data.get("results_dir", "results"))),
+            heartbeat_s=float(data.get("heartbeat_s", 2.0)),
+            datasets=datasets,
+            models=models,
+        )
+
+    def job_state(self, job_id: str) -> Path:
+        """Where this party keeps its shares of a job's state."""
+        return self.state_dir / "jobs" / job_id
+
+    def job_results(self, job_id: str) -> Path:
+        """Where this party writes the outputs revealed to it."""
+        return self.results_dir / job_id
+
+
+def _dataset(name: str, entry: Any, base: Path) -> DatasetEntry:
+    if not isinstance(entry, dict):
+        raise cfg.ConfigError(f"datasets.{name} in {base} must be a table with a `path`")
+    return DatasetEntry(
+        name=name,
+        path=cfg.resolve(base, str(cfg.need(entry, "path", base))),
+        id_column=str(entry.get("id_column", "")),
+        array=str(entry.get("array", "x")),
+    )

@@ -1,0 +1,118 @@
+"""The job worker: one fresh process per job (CrypTen's state is process-global, DESIGN.md 2).
+
+The daemon starts it with `spawn` and talks to it over a pipe of serialized protobuf messages:
+the worker sends `WorkerReport`s (ready, round done, finished, failed), the daemon passes on
+the coordinator's `GoRound` for each round. The worker never talks to the coordinator itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from multiprocessing.connection import Connection
+
+from mpcml.party.config import PartyConfig
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+
+log = logging.getLogger("mpcml.worker")
+
+KNOWN_ERRORS = (
+    "DataError",
+    "GraphError",
+    "TransportError",
+    "PeerConnectError",
+    "PeerIdentityError",
+    "PeerFailedError",
+    "ProtocolError",
+    "SpecError",
+)
+"""Errors whose message is written for people and holds no data; any other error is reported
+by type only (its message could quote a value) and logged in full here."""
+
+
+def _reason(exc: BaseException) -> str:
+    if type(exc).__name__ in KNOWN_ERRORS:
+        return str(exc)
+    return f"{type(exc).__name__} in the job worker (details in the party's log)"
+
+
+class _Pipe:
+    def __init__(self, conn: Connection, job_id: str, party: str) -> None:
+        self.conn, self.job_id, self.party = conn, job_id, party
+
+    def send(self, **kind: object) -> None:
+        report = cpb.WorkerReport(job_id=self.job_id, party=self.party, **kind)  # type: ignore[arg-type]
+        self.conn.send_bytes(report.SerializeToString())
+
+    def wait_go(self, round: int) -> None:
+        while True:
+            message = cpb.Assignment.FromString(self.conn.recv_bytes())
+            if message.WhichOneof("kind") == "go" and message.go.round == round:
+                return
+            log.warning("worker ignores an unexpected message: %s", message)
+
+
+def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
+    """Entry point of the spawned worker process."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s [{config.name} worker] %(name)s: %(message)s",
+    )
+    start = cpb.StartJob.FromString(start_bytes)
+    pipe = _Pipe(conn, start.job_id, config.name)
+    round = 0
+    try:
+        # Imported here: the daemon itself never loads CrypTen.
+        from mpcml.party.compute import JobComputation
+        from mpcml.runtime.crypten_session import session
+
+        with session(
+            start.rank,
+            len(start.peers),
+            [p.address for p in start.peers],
+            peer_names=[p.name for p in start.peers],
+            tls=config.tls,
+            insecure=config.tls is None,
+            session_id=start.job_id,
+            listen=config.listen,
+            device=config.device,
+        ) as s:
+            job = JobComputation(s, start, config)
+            rows = job.load()
+            pipe.send(ready=cpb.Ready(rows=rows))
+            for round in range(1, start.total_rounds + 1):
+                pipe.wait_go(round)
+                began = time.monotonic()
+                shares = job.run_round(round)
+                sent, rounds = job.stats()
+                pipe.send(
+                    done=cpb.RoundDone(
+                        round=round,
+                        metric_shares=shares,
+                        bytes_sent=sent,
+                        communication_rounds=rounds,
+                        seconds=time.monotonic() - began,
+                    )
+                )
+            outputs, shares = job.finish()
+            sent, rounds = job.stats()
+            pipe.send(
+                finished=cpb.Finished(
+                    outputs=outputs,
+                    metric_shares=shares,
+                    bytes_sent=sent,
+                    communication_rounds=rounds,
+                )
+            )
+    except (EOFError, BrokenPipeError):
+        log.warning("job %s: the party daemon went away; the worker stops", start.job_id)
+        sys.exit(1)
+    except BaseException as exc:
+        log.error("job %s failed in round %d: %s", start.job_id, round, exc, exc_info=True)
+        peer = type(exc).__name__ == "PeerFailedError"
+        with contextlib.suppress(OSError):
+            pipe.send(failed=cpb.Failure(reason=_reason(exc), round=round, peer=peer))
+        sys.exit(1)
