@@ -16,6 +16,10 @@ __version__ = "0.1.0"
 _compat.install()
 
 _EXPORTS = {
+    "Client": "mpcml.api.client",
+    "ClientError": "mpcml.api.client",
+    "Job": "mpcml.api.job",
+    "JobError": "mpcml.api.client",
     "Session": "mpcml.runtime.crypten_session",
     "session": "mpcml.runtime.crypten_session",
     "TLSFiles": "mpcml.transport.tls",
@@ -23,11 +27,23 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from mpcml.api.client import Client, ClientError, JobError
+    from mpcml.api.job import Job
     from mpcml.runtime.crypten_session import Session, session
     from mpcml.transport.errors import TransportError
     from mpcml.transport.tls import TLSFiles
 
-__all__ = ["Session", "TLSFiles", "TransportError", "__version__", "session"]
+__all__ = [
+    "Client",
+    "ClientError",
+    "Job",
+    "JobError",
+    "Session",
+    "TLSFiles",
+    "TransportError",
+    "__version__",
+    "session",
+]
 
 
 def __getattr__(name: str) -> Any:

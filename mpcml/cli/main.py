@@ -1,20 +1,134 @@
-"""`mpcml` entry point. Sub-commands arrive with the daemons (issue 3) and the CA tool (issue 4)."""
+"""`mpcml`: one entry point for every role (DESIGN.md 8)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
+from pathlib import Path
 
 import mpcml
+from mpcml.cli import jobs
+
+EXIT_BAD_INPUT = 2
+
+
+def _logging(role: str) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s [{role}] %(name)s: %(message)s",
+    )
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _coordinator(args: argparse.Namespace) -> int:
+    from mpcml.coordinator.server import CoordinatorConfig, serve
+
+    config = CoordinatorConfig.load(args.config)
+    _logging("coordinator")
+    serve(config, _stop_on_signals())
+    return 0
+
+
+def _party(args: argparse.Namespace) -> int:
+    from mpcml.party.config import PartyConfig
+    from mpcml.party.daemon import PartyDaemon
+
+    config = PartyConfig.load(args.config)
+    _logging(config.name)
+    daemon = PartyDaemon(config)
+    stop = _stop_on_signals()
+
+    def relay() -> None:
+        stop.wait()
+        daemon.stopping.set()
+
+    threading.Thread(target=relay, daemon=True).start()
+    daemon.run()
+    return 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from mpcml.security import certs
+
+    if args.certs_command == "init":
+        issued = certs.init_ca(args.out)
+        print(f"wrote {issued.cert} and {issued.key}")
+    elif args.certs_command == "issue":
+        issued = certs.issue(
+            args.ca,
+            args.name,
+            role=args.role,
+            sans=tuple(args.san or ()),
+            out=args.out or args.ca,
+            days=args.days,
+        )
+        print(f"wrote {issued.cert} and {issued.key}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mpcml.demo.run import main as demo_main
+
+    return demo_main(json_output=args.json, workdir=args.workdir, epochs=args.epochs)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    p = argparse.ArgumentParser(prog="mpcml", description=mpcml.__doc__)
+    p.add_argument("--version", action="version", version=f"mpcml {mpcml.__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("coordinator", help="run the coordinator")
+    c.add_argument("--config", required=True, help="coordinator.toml")
+    c.set_defaults(run=_coordinator)
+
+    c = sub.add_parser("party", help="run a party daemon")
+    c.add_argument("--config", required=True, help="parties/<name>/party.toml")
+    c.set_defaults(run=_party)
+
+    c = sub.add_parser("certs", help="a small CA: make the certificates every channel uses")
+    cs = c.add_subparsers(dest="certs_command", required=True)
+    ci = cs.add_parser("init", help="make a CA (DIR/ca.pem, DIR/ca.key)")
+    ci.add_argument("--out", required=True)
+    ci = cs.add_parser("issue", help="issue DIR/NAME.pem and DIR/NAME.key")
+    ci.add_argument("--ca", required=True, help="the CA's folder")
+    ci.add_argument("--name", required=True)
+    ci.add_argument("--role", choices=["party", "coordinator", "dealer", "client"], default="party")
+    ci.add_argument("--san", action="append", help="a DNS name or IP address (repeatable)")
+    ci.add_argument("--out", help="folder to write to (default: the CA's)")
+    ci.add_argument("--days", type=int, default=825)
+    c.set_defaults(run=_certs)
+
+    jobs.add_parsers(sub)
+
+    c = sub.add_parser("demo", help="the whole system on loopback: train, infer, private model")
+    c.add_argument("--json", action="store_true", help="end with the results as one JSON line")
+    c.add_argument("--workdir", type=Path, help="keep certificates, state and logs here")
+    c.add_argument("--epochs", type=int, default=None, help="training epochs (default 10)")
+    c.set_defaults(run=_demo)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="mpcml", description=mpcml.__doc__)
-    parser.add_argument("--version", action="version", version=f"mpcml {mpcml.__version__}")
-    parser.parse_args(argv)
-    parser.print_help(sys.stderr)
-    return 2
+    args = parser().parse_args(argv)
+    if args.command == "job":
+        return jobs.main(args)
+    try:
+        return int(args.run(args))
+    except (ValueError, OSError) as exc:  # a bad config, an address in use
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

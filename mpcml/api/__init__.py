@@ -1,0 +1,1 @@
+"""The Python job API: `Client` talks to the coordinator, `Job` describes a job."""

@@ -1,0 +1,172 @@
+"""`Client`: submit jobs to the coordinator, watch them, read their public results."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any, cast
+
+import grpc
+
+from mpcml.api.job import Job
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.transport.serving import channel
+from mpcml.transport.tls import TLSFiles
+
+TERMINAL = {cpb.COMPLETED, cpb.FAILED, cpb.CANCELLED}
+
+
+class ClientError(Exception):
+    """The coordinator refused a call; `code` is the gRPC status (e.g. INVALID_ARGUMENT)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class JobError(Exception):
+    """A job did not complete; the message holds its state and reason."""
+
+
+def _call(fn: Any, request: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(request, **kwargs)
+    except grpc.RpcError as exc:
+        raise ClientError(exc.code(), exc.details() or "") from None
+
+
+class Client:
+    """A connection to the coordinator with this client's certificate (mutual TLS)."""
+
+    def __init__(
+        self,
+        address: str,
+        tls: TLSFiles | None = None,
+        *,
+        server_name: str = "coordinator",
+        insecure: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        if tls is None and not insecure:
+            raise ValueError("tls is required; pass insecure=True only to debug over plaintext")
+        self.timeout = timeout
+        self._channel = channel(address, tls, server_name)
+        self.stub = cgrpc.CoordinatorStub(self._channel)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, job: Job, idempotency_key: str | None = None) -> JobHandle:
+        """Submit a job; retrying with the same key never makes a second job."""
+        request = cpb.SubmitJobRequest(
+            spec=job.spec, idempotency_key=idempotency_key or uuid.uuid4().hex
+        )
+        status = _call(self.stub.SubmitJob, request, timeout=self.timeout)
+        return JobHandle(self, status.job_id)
+
+    def job(self, job_id: str) -> JobHandle:
+        """A handle on an existing job."""
+        return JobHandle(self, job_id)
+
+    def jobs(self, state: cpb.JobState | str = cpb.JOB_STATE_UNSPECIFIED) -> list[cpb.JobStatus]:
+        """Every job (or those in `state`), in submission order."""
+        return list(
+            _call(self.stub.ListJobs, cpb.ListJobsRequest(state=state), timeout=self.timeout).jobs
+        )
+
+    def parties(self) -> list[cpb.PartyStatus]:
+        """Parties registered with the coordinator."""
+        return list(
+            _call(self.stub.ListParties, cpb.ListPartiesRequest(), timeout=self.timeout).parties
+        )
+
+
+class JobHandle:
+    """A submitted job."""
+
+    def __init__(self, client: Client, job_id: str) -> None:
+        self.client = client
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.id!r})"
+
+    def status(self) -> cpb.JobStatus:
+        """The job's state, round and public metrics now."""
+        return cast(
+            cpb.JobStatus,
+            _call(
+                self.client.stub.GetJob,
+                cpb.GetJobRequest(job_id=self.id),
+                timeout=self.client.timeout,
+            ),
+        )
+
+    def watch(self, after_seq: int = 0) -> Iterator[cpb.JobEvent]:
+        """Events as they happen, until the job has ended.
+
+        State changes and rounds with their public metrics; a dropped connection is resumed
+        from the last event seen.
+        """
+        seq = after_seq
+        last_heard = time.monotonic()
+        while True:
+            try:
+                for event in self.client.stub.WatchJob(
+                    cpb.WatchJobRequest(job_id=self.id, after_seq=seq)
+                ):
+                    seq, last_heard = event.seq, time.monotonic()
+                    yield event
+                return
+            except grpc.RpcError as exc:
+                unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
+                if not unavailable or time.monotonic() - last_heard > self.client.timeout:
+                    raise ClientError(exc.code(), exc.details() or "") from None
+                time.sleep(1.0)
+
+    def wait(self, timeout: float | None = None) -> cpb.JobStatus:
+        """Block until the job has ended; returns its final status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status.state in TERMINAL:
+                return status
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id} is still {cpb.JobState.Name(status.state)}")
+            time.sleep(0.2)
+
+    def cancel(self, reason: str = "") -> cpb.JobStatus:
+        """Cancel the job; its workers stop within seconds."""
+        return cast(
+            cpb.JobStatus,
+            _call(
+                self.client.stub.CancelJob,
+                cpb.CancelJobRequest(job_id=self.id, reason=reason),
+                timeout=self.client.timeout,
+            ),
+        )
+
+    def result(self) -> cpb.JobResult:
+        """The public results of a COMPLETED job; raises JobError for any other state."""
+        result = _call(
+            self.client.stub.GetResult,
+            cpb.GetResultRequest(job_id=self.id),
+            timeout=self.client.timeout,
+        )
+        if result.status.state != cpb.COMPLETED:
+            state = cpb.JobState.Name(result.status.state)
+            raise JobError(
+                f"job {self.id} is {state}"
+                + (f": {result.status.reason}" if result.status.reason else "")
+            )
+        return cast(cpb.JobResult, result)

@@ -1,0 +1,241 @@
+"""`Job`: a job spec built from Python values, with the model traced on the client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from mpcml.proto.v1 import graph_pb2 as gpb
+from mpcml.proto.v1 import job_pb2 as jpb
+
+Binding = str | tuple[str, Sequence[str]] | Mapping[str, Any]
+"""A party's data: "dataset", ("dataset", ["col", ...]) or {"dataset": ..., "columns": [...]}."""
+
+LOSSES = {"bce": jpb.LOSS_BCE, "cross_entropy": jpb.LOSS_CROSS_ENTROPY, "mse": jpb.LOSS_MSE}
+OUTPUTS = {
+    "weights": jpb.OUTPUT_WEIGHTS,
+    "predictions": jpb.OUTPUT_PREDICTIONS,
+    "metrics": jpb.OUTPUT_METRICS,
+}
+SPLITS = {"vertical": jpb.SPLIT_VERTICAL, "horizontal": jpb.SPLIT_HORIZONTAL}
+
+
+class JobSpecError(ValueError):
+    """A job could not be put together from the values given; the message says which."""
+
+
+T = TypeVar("T")
+
+
+def _choice(table: Mapping[str, T], value: str, what: str) -> T:
+    try:
+        return table[value]
+    except KeyError:
+        raise JobSpecError(f"unknown {what} {value!r}; choose one of {', '.join(table)}") from None
+
+
+def _bindings(parties: Mapping[str, Binding] | None, what: str) -> list[jpb.DataBinding]:
+    out = []
+    for party, value in (parties or {}).items():
+        if isinstance(value, str):
+            out.append(jpb.DataBinding(party=party, dataset=value))
+        elif isinstance(value, Mapping):
+            out.append(
+                jpb.DataBinding(
+                    party=party,
+                    dataset=str(value.get("dataset", "")),
+                    columns=list(value.get("columns", [])),
+                )
+            )
+        elif isinstance(value, tuple) and len(value) == 2:
+            out.append(jpb.DataBinding(party=party, dataset=value[0], columns=list(value[1])))
+        else:
+            raise JobSpecError(f"{what} of {party!r}: {value!r} is not a dataset name")
+        if not out[-1].dataset:
+            raise JobSpecError(f"{what} of {party!r} name no dataset")
+    return out
+
+
+def _graph(model: Any) -> gpb.Graph:
+    if isinstance(model, gpb.Graph):
+        return model
+    from mpcml.graph.trace import trace
+
+    return trace(model)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job ready to submit; build one with `train`, `infer` or `evaluate`."""
+
+    spec: jpb.JobSpec
+
+    @staticmethod
+    def _spec(
+        task: jpb.Task,
+        model: Any,
+        features: Mapping[str, Binding],
+        labels: Mapping[str, Binding] | None,
+        weights: Mapping[str, str] | None,
+        from_job: str | None,
+        seed: int,
+        reveal: Mapping[str, Sequence[str]] | None,
+        split: str,
+        align_on: str,
+        name: str,
+    ) -> jpb.JobSpec:
+        spec = jpb.JobSpec(
+            name=name,
+            task=task,
+            features=_bindings(features, "features"),
+            labels=_bindings(labels, "labels"),
+            split=_choice(SPLITS, split, "split"),
+            align_on=align_on,
+        )
+        if model is not None:
+            spec.graph.CopyFrom(_graph(model))
+        if from_job and weights:
+            raise JobSpecError("give either weights (a private model) or from_job, not both")
+        if from_job:
+            spec.weights.from_job = from_job
+        elif weights:
+            if len(weights) != 1:
+                raise JobSpecError(f"private weights have one owner, got {sorted(weights)}")
+            (party, model_name), *_ = weights.items()
+            spec.weights.private.CopyFrom(jpb.PrivateWeights(party=party, model=model_name))
+        else:
+            spec.weights.init_seed = seed
+        for output, who in (reveal or {}).items():
+            if isinstance(who, str):
+                raise JobSpecError(f"reveal[{output!r}] must be a list of recipients")
+            spec.reveal.append(
+                jpb.Reveal(output=_choice(OUTPUTS, output, "output"), recipients=list(who))
+            )
+        return spec
+
+    @classmethod
+    def train(
+        cls,
+        model: Any,
+        features: Mapping[str, Binding],
+        labels: Mapping[str, Binding],
+        *,
+        epochs: int = 1,
+        lr: float = 0.1,
+        batch_size: int = 64,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        loss: str = "bce",
+        batches_per_round: int = 0,
+        shuffle: bool = False,
+        shuffle_seed: int = 0,
+        seed: int = 0,
+        weights: Mapping[str, str] | None = None,
+        from_job: str | None = None,
+        reveal: Mapping[str, Sequence[str]] | None = None,
+        split: str = "vertical",
+        align_on: str = "",
+        name: str = "",
+    ) -> Job:
+        """Train `model` (a torch.nn.Module, traced here).
+
+        Initial weights come from `seed` (`mpcml.graph.init.initial_state`), a party's private
+        model (`weights`), or an earlier job (`from_job`).
+        """
+        spec = cls._spec(
+            jpb.TASK_TRAIN,
+            model,
+            features,
+            labels,
+            weights,
+            from_job,
+            seed,
+            reveal,
+            split,
+            align_on,
+            name,
+        )
+        spec.hyper.CopyFrom(
+            jpb.HyperParameters(
+                epochs=epochs,
+                batch_size=batch_size,
+                learning_rate=lr,
+                momentum=momentum,
+                weight_decay=weight_decay,
+                loss=_choice(LOSSES, loss, "loss"),
+                batches_per_round=batches_per_round,
+                shuffle=shuffle,
+                shuffle_seed=shuffle_seed,
+            )
+        )
+        return cls(spec)
+
+    @classmethod
+    def infer(
+        cls,
+        features: Mapping[str, Binding],
+        *,
+        model: Any = None,
+        weights: Mapping[str, str] | None = None,
+        from_job: str | None = None,
+        reveal: Mapping[str, Sequence[str]] | None = None,
+        batch_size: int = 128,
+        split: str = "vertical",
+        align_on: str = "",
+        name: str = "",
+    ) -> Job:
+        """Run a model on the features; predictions go only to `reveal["predictions"]`.
+
+        The model is a private one (`weights={"owner": "model"}`) or a trained, still shared
+        one (`from_job=ID`).
+        """
+        spec = cls._spec(
+            jpb.TASK_INFER,
+            model,
+            features,
+            None,
+            weights,
+            from_job,
+            0,
+            reveal,
+            split,
+            align_on,
+            name,
+        )
+        spec.hyper.batch_size = batch_size
+        return cls(spec)
+
+    @classmethod
+    def evaluate(
+        cls,
+        features: Mapping[str, Binding],
+        labels: Mapping[str, Binding],
+        *,
+        loss: str = "bce",
+        model: Any = None,
+        weights: Mapping[str, str] | None = None,
+        from_job: str | None = None,
+        reveal: Mapping[str, Sequence[str]] | None = None,
+        batch_size: int = 128,
+        split: str = "vertical",
+        align_on: str = "",
+        name: str = "",
+    ) -> Job:
+        """Loss and accuracy of a model on labelled rows, revealed per `reveal["metrics"]`."""
+        spec = cls._spec(
+            jpb.TASK_EVALUATE,
+            model,
+            features,
+            labels,
+            weights,
+            from_job,
+            0,
+            reveal,
+            split,
+            align_on,
+            name,
+        )
+        spec.hyper.batch_size = batch_size
+        spec.hyper.loss = _choice(LOSSES, loss, "loss")
+        return cls(spec)

@@ -1,0 +1,200 @@
+"""`mpcml job ...`: submit, status, watch, cancel, result, list."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+
+from mpcml.api.client import Client, ClientError, JobError
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.transport.tls import TLSFiles
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+BAD_INPUT = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "ALREADY_EXISTS"}
+
+
+def add_client_arguments(p: argparse.ArgumentParser) -> None:
+    """How a client reaches the coordinator; each has an `MPCML_*` environment default."""
+    env = os.environ.get
+    p.add_argument(
+        "--coordinator",
+        default=env("MPCML_COORDINATOR", "127.0.0.1:7000"),
+        help="HOST:PORT of the coordinator (env MPCML_COORDINATOR)",
+    )
+    p.add_argument("--ca", default=env("MPCML_CA"), help="CA certificate (env MPCML_CA)")
+    p.add_argument("--cert", default=env("MPCML_CERT"), help="client certificate (env MPCML_CERT)")
+    p.add_argument("--key", default=env("MPCML_KEY"), help="client key (env MPCML_KEY)")
+    p.add_argument(
+        "--server-name",
+        default=env("MPCML_SERVER_NAME", "coordinator"),
+        help="the name the coordinator's certificate carries",
+    )
+    p.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
+
+
+def add_parsers(sub: Any) -> None:
+    """The `job` command and its sub-commands."""
+    job = sub.add_parser("job", help="submit and follow jobs")
+    jobs = job.add_subparsers(dest="job_command", required=True)
+
+    def command(name: str, help: str, read: bool = True) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = jobs.add_parser(name, help=help)
+        add_client_arguments(p)
+        if read:
+            p.add_argument("--format", choices=["text", "json"], default="text")
+        return p
+
+    p = command("submit", "submit a job file (TOML; see README 'The job file')")
+    p.add_argument("file")
+    p.add_argument("--idempotency-key", help="overrides the file's idempotency_key")
+    p.add_argument("--watch", action="store_true", help="then watch it until it ends")
+    for name, help in [
+        ("status", "a job's state"),
+        ("watch", "follow a job's rounds live"),
+        ("cancel", "cancel a job"),
+        ("result", "a job's public results"),
+    ]:
+        command(name, help).add_argument("job_id")
+    p = command("list", "every job")
+    p.add_argument(
+        "--state",
+        choices=[s for s in cpb.JobState.keys() if s != "JOB_STATE_UNSPECIFIED"],  # noqa: SIM118
+    )
+
+
+def _client(args: argparse.Namespace) -> Client:
+    if args.insecure:
+        print("WARNING: talking to the coordinator over PLAINTEXT (--insecure)", file=sys.stderr)
+        return Client(args.coordinator, insecure=True, server_name=args.server_name)
+    missing = [f"--{k}" for k in ("ca", "cert", "key") if not getattr(args, k)]
+    if missing:
+        raise ValueError(f"give {', '.join(missing)} (or MPCML_CA, MPCML_CERT, MPCML_KEY)")
+    return Client(
+        args.coordinator, TLSFiles(args.ca, args.cert, args.key), server_name=args.server_name
+    )
+
+
+def _json(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _status_line(s: cpb.JobStatus) -> str:
+    metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(s.metrics.items()))
+    line = (
+        f"{s.job_id}  {cpb.JobState.Name(s.state):<9}  round {s.current_round}/"
+        f"{s.total_rounds}  {s.name or '-'}  [{', '.join(s.parties)}]"
+    )
+    if metrics:
+        line += f"  {metrics}"
+    if s.reason:
+        line += f"\n  reason: {s.reason}"
+    return line
+
+
+def _bar(done: int, total: int, width: int = 24) -> str:
+    filled = width * done // max(total, 1)
+    return "#" * filled + "." * (width - filled)
+
+
+def watch(client: Client, job_id: str, out: TextIO, as_json: bool = False) -> int:
+    """Print a job's events until it ends; the exit code says whether it completed."""
+    tty = out.isatty() and not as_json
+    final = cpb.JOB_STATE_UNSPECIFIED
+    for e in client.job(job_id).watch():
+        if as_json:
+            print(json.dumps(_json(e)), file=out, flush=True)
+        elif e.kind == "round_done":
+            loss = f"  loss {e.metrics['loss']:.4f}" if "loss" in e.metrics else ""
+            text = f"round {e.round}/{e.total_rounds} [{_bar(e.round, e.total_rounds)}]{loss}"
+            print(("\r" + text) if tty else text, end="" if tty else "\n", file=out, flush=True)
+        elif e.kind == "state":
+            if tty:
+                print(file=out)
+            reason = f": {e.message}" if e.message else ""
+            print(f"{cpb.JobState.Name(e.state)}{reason}", file=out, flush=True)
+        if e.kind == "state":
+            final = e.state
+    return EXIT_OK if final == cpb.COMPLETED else EXIT_FAILED
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Run one `job` sub-command."""
+    as_json = getattr(args, "format", "text") == "json"
+    emit: Callable[[Any, str], None] = (
+        (lambda m, _t: print(json.dumps(_json(m), indent=2), file=out))
+        if as_json
+        else (lambda _m, t: print(t, file=out))
+    )
+    with _client(args) as client:
+        command = args.job_command
+        if command == "submit":
+            from mpcml.jobs.jobfile import load
+
+            job, key = load(args.file)
+            handle = client.submit(job, args.idempotency_key or key or None)
+            status = handle.status()
+            emit(status, _status_line(status))
+            return watch(client, handle.id, out) if args.watch else EXIT_OK
+        if command == "list":
+            jobs = client.jobs(args.state or cpb.JOB_STATE_UNSPECIFIED)
+            if as_json:
+                print(json.dumps([_json(j) for j in jobs], indent=2), file=out)
+            else:
+                for j in jobs:
+                    print(_status_line(j), file=out)
+            return EXIT_OK
+        handle = client.job(args.job_id)
+        if command == "status":
+            status = handle.status()
+            emit(status, _status_line(status))
+        elif command == "watch":
+            return watch(client, args.job_id, out, as_json)
+        elif command == "cancel":
+            status = handle.cancel()
+            emit(status, _status_line(status))
+        elif command == "result":
+            result = handle.result()
+            emit(result, _result_text(result))
+        return EXIT_OK
+
+
+def _result_text(r: cpb.JobResult) -> str:
+    lines = [
+        _status_line(r.status),
+        f"  {r.bytes_sent} bytes sent, {r.communication_rounds} communication rounds, "
+        f"{r.seconds:.1f} s",
+    ]
+    for rm in r.rounds:
+        if rm.metrics:
+            lines.append(
+                f"  round {rm.round}: " + " ".join(f"{k}={v:.4f}" for k, v in rm.metrics.items())
+            )
+    for o in r.outputs:
+        from mpcml.proto.v1 import job_pb2 as jpb
+
+        lines.append(f"  {jpb.Output.Name(o.output)[7:].lower()} -> {o.party}: {o.path}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """`mpcml job ...` with errors turned into messages and exit codes."""
+    try:
+        return run(args)
+    except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT if exc.code.name in BAD_INPUT else EXIT_FAILED
+    except JobError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except ValueError as exc:  # a bad job file, a model off the whitelist, missing TLS files
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+__all__ = ["add_client_arguments", "add_parsers", "main", "watch"]
