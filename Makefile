@@ -35,9 +35,10 @@ bench: install
 	$(PY) bench/transport.py
 	$(PY) bench/failure_detection.py
 
-# Until the party daemons and the coordinator exist, the demo is three session processes.
+# The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
+# and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).
 demo: install
-	$(PY) examples/session_demo.py
+	$(VENV)/bin/mpcml demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -29,7 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.parties import free_ports, make_pki  # noqa: E402
+from mpcml.demo.cluster import free_ports  # noqa: E402
+from tests.support.parties import make_pki  # noqa: E402
 
 WORKLOADS: dict[str, str] = {
     "matmul": "matmul 256x256",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing as mp
-import socket
 import time
 import traceback
 from collections.abc import Sequence
@@ -21,21 +20,8 @@ from typing import Any
 
 import torch
 
+from mpcml.demo.cluster import free_ports
 from mpcml.security import certs
-
-
-def free_ports(n: int) -> list[int]:
-    """Ports that were free a moment ago on 127.0.0.1."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def make_pki(directory: Path, names: Sequence[str]) -> dict[str, dict[str, str]]:

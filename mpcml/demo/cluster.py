@@ -1,0 +1,212 @@
+"""A whole mpcml deployment on loopback, for `mpcml demo` and the system tests.
+
+A fresh CA, the coordinator and the party daemons run as separate processes, each with its own
+log.
+
+The party daemons read the profiles in `parties/<name>/party.toml` unchanged; only addresses,
+certificates and state folders are moved into the cluster's work folder, through the
+`MPCML_*` overrides every daemon honours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from mpcml.api.client import Client
+from mpcml.security import certs
+from mpcml.transport.tls import TLSFiles
+
+REPO = Path(__file__).resolve().parents[2]
+PARTIES_DIR = REPO / "parties"
+PARTIES = ("alice", "bob", "carol")
+CLIENT = "submitter"
+STOP_TIMEOUT_S = 10.0
+
+
+def free_ports(n: int) -> list[int]:
+    """Ports that were free a moment ago on 127.0.0.1."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class LocalCluster:
+    """The coordinator and the parties of `parties_dir` on 127.0.0.1, in `workdir`."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        parties: Sequence[str] = PARTIES,
+        parties_dir: Path = PARTIES_DIR,
+        heartbeat_timeout: float = 15.0,
+        roster_extra: Sequence[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.parties = list(parties)
+        self.parties_dir = parties_dir
+        self.certs = workdir / "certs"
+        self.logs = workdir / "logs"
+        ports = free_ports(1 + len(self.parties))
+        self.coordinator_address = f"127.0.0.1:{ports[0]}"
+        self.data_addresses = {
+            p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[1:], strict=True)
+        }
+        self.heartbeat_timeout = heartbeat_timeout
+        self.roster = [*self.parties, *roster_extra]
+        """Parties the coordinator accepts; `roster_extra` ones are known but never started."""
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.client: Client | None = None
+
+    # --- set-up -----------------------------------------------------------------------------
+
+    def make_certificates(self) -> None:
+        """A fresh CA and a certificate for every role, with loopback SANs."""
+        certs.init_ca(self.certs)
+        loopback = ("127.0.0.1", "localhost")
+        certs.issue(self.certs, "coordinator", role="coordinator", sans=loopback)
+        for party in self.parties:
+            certs.issue(self.certs, party, role="party", sans=loopback)
+        certs.issue(self.certs, CLIENT, role="client")
+
+    def client_tls(self) -> TLSFiles:
+        """The submitter's certificate."""
+        return TLSFiles(
+            self.certs / "ca.pem", self.certs / f"{CLIENT}.pem", self.certs / f"{CLIENT}.key"
+        )
+
+    def coordinator_config(self) -> Path:
+        """Write the coordinator's config."""
+        path = self.workdir / "coordinator.toml"
+        roster = ", ".join(f'"{p}"' for p in self.roster)
+        path.write_text(
+            f'listen = "{self.coordinator_address}"\n'
+            f'database = "coordinator.db"\n'
+            f"heartbeat_timeout_s = {self.heartbeat_timeout}\n"
+            f"parties = [{roster}]\n"
+            "[tls]\n"
+            'ca = "certs/ca.pem"\ncert = "certs/coordinator.pem"\nkey = "certs/coordinator.key"\n'
+        )
+        return path
+
+    def party_env(self, party: str) -> dict[str, str]:
+        """The overrides that move a profile into this cluster."""
+        return {
+            "MPCML_COORDINATOR": self.coordinator_address,
+            "MPCML_DATA_ADDRESS": self.data_addresses[party],
+            "MPCML_LISTEN": self.data_addresses[party],
+            "MPCML_TLS_CA": str(self.certs / "ca.pem"),
+            "MPCML_TLS_CERT": str(self.certs / f"{party}.pem"),
+            "MPCML_TLS_KEY": str(self.certs / f"{party}.key"),
+            "MPCML_STATE_DIR": str(self.workdir / party / "state"),
+            "MPCML_RESULTS_DIR": str(self.workdir / party / "results"),
+        }
+
+    def results(self, party: str) -> Path:
+        """Where `party` writes what is revealed to it."""
+        return self.workdir / party / "results"
+
+    # --- processes --------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = (self.logs / f"{name}.log").open("ab")
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("MPCML_")}
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "mpcml.cli.main", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**clean, **env, "PYTHONUNBUFFERED": "1"},
+            cwd=self.workdir,
+            start_new_session=True,  # its job workers share its process group
+        )
+        log.close()
+
+    def start_coordinator(self) -> None:
+        """Start (or restart) the coordinator process."""
+        self._spawn("coordinator", ["coordinator", "--config", str(self.coordinator_config())], {})
+
+    def start_party(self, party: str) -> None:
+        """Start (or restart) one party daemon from its profile."""
+        config = self.parties_dir / party / "party.toml"
+        self._spawn(party, ["party", "--config", str(config)], self.party_env(party))
+
+    def start(self, timeout: float = 90.0) -> Client:
+        """Certificates, coordinator, parties; returns a client once every party registered."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.make_certificates()
+        self.start_coordinator()
+        for party in self.parties:
+            self.start_party(party)
+        client = Client(self.coordinator_address, self.client_tls())
+        self.wait_for_parties(client, timeout)
+        self.client = client
+        return client
+
+    def wait_for_parties(self, client: Client, timeout: float) -> None:
+        """Until every party is registered; a process that died is reported with its log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"{name} exited with code {process.returncode}:\n{self.tail(name)}"
+                    )
+            try:
+                connected = {p.name for p in client.parties() if p.connected}
+            except Exception:
+                connected = set()
+            if connected >= set(self.parties):
+                return
+            if time.monotonic() > deadline:
+                missing = sorted(set(self.parties) - connected)
+                raise TimeoutError(f"parties not registered after {timeout:.0f} s: {missing}")
+            time.sleep(0.3)
+
+    def tail(self, name: str, lines: int = 30) -> str:
+        """The end of a process's log."""
+        path = self.logs / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop_process(self, name: str, sig: int = signal.SIGTERM) -> None:
+        """Stop one process and every worker it started."""
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        except ProcessLookupError:
+            pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # workers left behind by a dead daemon
+
+    def stop(self) -> None:
+        """Stop every process this cluster started, parties first."""
+        for name in [*self.parties, "coordinator"]:
+            self.stop_process(name)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,59 @@
+"""One deployment for the system tests: the coordinator and alice, bob and carol as separate
+processes on loopback with real mutual TLS, on a copy of `parties/` the tests may extend."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpcml.api.client import Client
+from mpcml.demo import data
+from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
+
+H_SPLIT = 228
+"""Horizontal split: alice holds the first 228 training rows (by id), bob the rest."""
+
+
+def _write_csv(path: Path, header: list[str], rows: np.ndarray) -> None:
+    lines = [",".join(header)] + [",".join(f"{v:.9g}" for v in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _extend_profiles(parties: Path) -> None:
+    """Datasets only the tests use: a horizontal split with labels in the same table, and a
+    copy of bob's training columns that a test corrupts after registration."""
+    split = data.breast_cancer()
+    order = np.argsort(split.id_train, kind="stable")
+    ids, x, y = split.id_train[order], split.x_train[order], split.y_train[order]
+    table = np.column_stack([ids, x, y])
+    header = ["id", *split.columns, "label"]
+    for party, rows in (("alice", table[:H_SPLIT]), ("bob", table[H_SPLIT:])):
+        _write_csv(parties / party / "data" / "h_train.csv", header, rows)
+        with (parties / party / "party.toml").open("a") as f:
+            f.write('\n[datasets.h-train]\npath = "data/h_train.csv"\nid_column = "id"\n')
+    shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "copy.csv")
+    with (parties / "bob" / "party.toml").open("a") as f:
+        f.write('\n[datasets.bc-train-copy]\npath = "data/copy.csv"\nid_column = "id"\n')
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("system")
+    parties = root / "parties"
+    shutil.copytree(
+        PARTIES_DIR, parties, ignore=shutil.ignore_patterns("state", "results", "certs")
+    )
+    _extend_profiles(parties)
+    with LocalCluster(root / "run", parties_dir=parties, roster_extra=["dave"]) as c:
+        c.start()
+        yield c
+
+
+@pytest.fixture()
+def client(cluster: LocalCluster) -> Client:
+    assert cluster.client is not None
+    return cluster.client

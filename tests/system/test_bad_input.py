@@ -1,0 +1,146 @@
+"""Bad jobs are refused at submission, with a status code and a message naming the problem."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from torch import nn
+
+from mpcml.api.client import Client, ClientError
+from mpcml.api.job import Job
+from mpcml.demo import models
+from mpcml.graph.ops import GraphError
+from mpcml.graph.trace import trace
+from mpcml.proto.v1 import job_pb2 as jpb
+
+FEATURES = {"alice": "bc-train", "bob": "bc-train"}
+LABELS = {"carol": "bc-train-labels"}
+
+
+def _train(**overrides: object) -> Job:
+    args: dict[str, object] = {
+        "model": models.LogisticRegression(),
+        "features": FEATURES,
+        "labels": LABELS,
+        "align_on": "id",
+    }
+    args.update(overrides)
+    return Job.train(**args)  # type: ignore[arg-type]
+
+
+def _with_op(op: str) -> Job:
+    job = _train()
+    job.spec.graph.nodes[0].op = op
+    return job
+
+
+def _mutate(change: Callable[[jpb.JobSpec], None]) -> Job:
+    job = _train()
+    change(job.spec)
+    return job
+
+
+CASES = [
+    (
+        "unknown-party",
+        _train(features={"mallory": "bc-train", "bob": "bc-train"}),
+        "INVALID_ARGUMENT",
+        "unknown party 'mallory'",
+    ),
+    (
+        "not-registered",
+        _train(features={"dave": "bc-train", "bob": "bc-train"}),
+        "FAILED_PRECONDITION",
+        "party 'dave' is not registered",
+    ),
+    (
+        "unknown-dataset",
+        _train(features={"alice": "bc-tran", "bob": "bc-train"}),
+        "INVALID_ARGUMENT",
+        "party 'alice' has no dataset 'bc-tran'",
+    ),
+    (
+        "unknown-column",
+        _train(features={"alice": ("bc-train", ["mean_radius", "shoe_size"]), "bob": "bc-train"}),
+        "INVALID_ARGUMENT",
+        "no column 'shoe_size'",
+    ),
+    (
+        "row-mismatch",
+        _train(features={"alice": "bc-train", "bob": "bc-test"}),
+        "INVALID_ARGUMENT",
+        "dataset 'bc-test' of party 'bob' has 114 rows",
+    ),
+    (
+        "label-rows",
+        _train(labels={"carol": "bc-test-labels"}),
+        "INVALID_ARGUMENT",
+        "labels 'bc-test-labels' of party 'carol' have 114 rows",
+    ),
+    ("op-off-whitelist", _with_op("GELU"), "INVALID_ARGUMENT", "op 'GELU' is not supported"),
+    (
+        "shape",
+        _train(model=nn.Sequential(nn.Linear(20, 1), nn.Sigmoid())),
+        "INVALID_ARGUMENT",
+        "expects 20 input features, the input has 30",
+    ),
+    (
+        "reveal-outsider",
+        _train(reveal={"weights": ["dave"]}),
+        "INVALID_ARGUMENT",
+        "revealed to 'dave', not a party of the job",
+    ),
+    (
+        "reveal-coordinator-weights",
+        _train(reveal={"weights": ["coordinator"]}),
+        "INVALID_ARGUMENT",
+        "only metrics may be revealed to the coordinator",
+    ),
+    (
+        "no-loss",
+        _mutate(lambda s: setattr(s.hyper, "loss", jpb.LOSS_UNSPECIFIED)),
+        "INVALID_ARGUMENT",
+        "names no loss",
+    ),
+    ("bad-lr", _train(lr=-1.0), "INVALID_ARGUMENT", "learning rate must be positive"),
+    (
+        "unknown-model",
+        Job.infer(
+            model=models.DigitsMLP(),
+            weights={"bob": "digits-big"},
+            features={"alice": "digits-test"},
+        ),
+        "INVALID_ARGUMENT",
+        "party 'bob' has no model 'digits-big'",
+    ),
+    (
+        "unknown-job",
+        Job.infer(from_job="0" * 32, features=FEATURES, align_on="id"),
+        "NOT_FOUND",
+        "no job '00000000",
+    ),
+    (
+        "no-task",
+        _mutate(lambda s: setattr(s, "task", jpb.TASK_UNSPECIFIED)),
+        "INVALID_ARGUMENT",
+        "names no task",
+    ),
+]
+
+
+@pytest.mark.parametrize("job, code, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_jobs_are_refused_at_submission(
+    client: Client, job: Job, code: str, message: str
+) -> None:
+    before = len(client.jobs())
+    with pytest.raises(ClientError) as info:
+        client.submit(job)
+    assert info.value.code.name == code
+    assert message in info.value.message, info.value.message
+    assert len(client.jobs()) == before
+
+
+def test_a_model_off_the_whitelist_is_refused_by_name_on_the_client() -> None:
+    with pytest.raises(GraphError, match="GELU"):
+        trace(nn.Sequential(nn.Linear(30, 4), nn.GELU()))

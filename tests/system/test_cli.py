@@ -1,0 +1,166 @@
+"""`mpcml job ...` against the live deployment: submit, watch, status, result, list, cancel,
+with exit code 2 and a message for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mpcml.demo import data, models
+from mpcml.demo.cluster import REPO, LocalCluster
+from mpcml.demo.run import by_id, plaintext_train
+
+TRAIN = """
+name = "cli-logreg"
+task = "train"
+align_on = "id"
+idempotency_key = "cli-train"
+[model]
+python = "mpcml.demo.models:LogisticRegression"
+args = {{ in_features = 30 }}
+[features]
+alice = "bc-train"
+bob = "bc-train"
+[labels]
+carol = "bc-train-labels"
+[train]
+epochs = 1
+learning_rate = 0.5
+momentum = 0.5
+loss = "bce"
+[weights]
+init_seed = {seed}
+[reveal]
+metrics = ["coordinator"]
+"""
+
+INFER = """
+task = "infer"
+align_on = "id"
+[weights]
+from_job = "{job}"
+[features]
+alice = "bc-test"
+bob = "bc-test"
+[reveal]
+predictions = ["carol"]
+"""
+
+
+def mpcml(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    tls = cluster.client_tls()
+    env = {
+        **os.environ,
+        "MPCML_COORDINATOR": cluster.coordinator_address,
+        "MPCML_CA": str(tls.ca),
+        "MPCML_CERT": str(tls.cert),
+        "MPCML_KEY": str(tls.key),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "mpcml.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+
+
+def test_train_and_infer_through_the_cli_match_plaintext(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    (tmp_path / "train.toml").write_text(TRAIN.format(seed=11))
+    submitted = mpcml(cluster, "job", "submit", str(tmp_path / "train.toml"), "--watch")
+    assert submitted.returncode == 0, submitted.stderr
+    assert "round 1/1" in submitted.stdout and "COMPLETED" in submitted.stdout
+    job_id = submitted.stdout.split()[0]
+
+    status = json.loads(mpcml(cluster, "job", "status", job_id, "--format", "json").stdout)
+    assert status["state"] == "COMPLETED" and status["total_rounds"] == 1
+    result = json.loads(mpcml(cluster, "job", "result", job_id, "--format", "json").stdout)
+    assert "loss" in result["rounds"][0]["metrics"]
+    listed = json.loads(mpcml(cluster, "job", "list", "--format", "json").stdout)
+    assert job_id in [j["job_id"] for j in listed]
+
+    (tmp_path / "infer.toml").write_text(INFER.format(job=job_id))
+    inferred = mpcml(cluster, "job", "submit", str(tmp_path / "infer.toml"), "--watch")
+    assert inferred.returncode == 0, inferred.stderr
+    infer_id = inferred.stdout.split()[0]
+    result = json.loads(mpcml(cluster, "job", "result", infer_id, "--format", "json").stdout)
+    [output] = result["outputs"]
+    assert output["party"] == "carol"
+    with np.load(output["path"]) as npz:
+        secure, ids = npz["predictions"].reshape(-1), npz["ids"]
+
+    split = data.breast_cancer()
+    x, y = by_id(split.id_train, split.x_train, split.y_train)
+    model = plaintext_train(models.LogisticRegression(), x, y, epochs=1, seed=11)
+    x_test, y_test, id_test = by_id(split.id_test, split.x_test, split.y_test, split.id_test)
+    assert np.array_equal(ids, id_test)
+    with torch.no_grad():
+        plain = model(torch.from_numpy(x_test)).numpy().reshape(-1)
+    assert np.abs(secure - plain).max() <= 0.05
+
+    def accuracy(p: np.ndarray) -> float:
+        return float(((p > 0.5) == (y_test > 0.5)).mean())
+
+    assert abs(accuracy(secure) - accuracy(plain)) <= 0.01
+
+    # The same file again (same idempotency key) is the same job.
+    again = mpcml(cluster, "job", "submit", str(tmp_path / "train.toml"))
+    assert again.returncode == 0 and again.stdout.split()[0] == job_id
+
+
+def test_the_example_job_files_run(cluster: LocalCluster) -> None:
+    done = mpcml(cluster, "job", "submit", str(REPO / "examples/jobs/infer_digits.toml"), "--watch")
+    assert done.returncode == 0, done.stderr
+    from mpcml.jobs.jobfile import load
+
+    job, _ = load(REPO / "examples/jobs/train_logreg.toml")
+    assert job.spec.hyper.epochs == 5 and len(job.spec.graph.nodes) == 2
+
+
+def test_cancel_through_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
+    (tmp_path / "long.toml").write_text(
+        TRAIN.format(seed=1).replace("epochs = 1", "epochs = 40").replace("cli-train", "long")
+    )
+    submitted = mpcml(cluster, "job", "submit", str(tmp_path / "long.toml"))
+    job_id = submitted.stdout.split()[0]
+    cancelled = mpcml(cluster, "job", "cancel", job_id, "--format", "json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["state"] == "CANCELLED"
+    watched = mpcml(cluster, "job", "watch", job_id)
+    assert watched.returncode == 1 and "CANCELLED" in watched.stdout
+    again = mpcml(cluster, "job", "cancel", job_id)
+    assert again.returncode == 2 and "already ended" in again.stderr
+
+
+def test_bad_input_exits_2_with_a_message(cluster: LocalCluster, tmp_path: Path) -> None:
+    cases = {
+        "broken.toml": ("task = 'train\n", "not valid TOML"),
+        "schema.toml": ("task = 'fly'\n[features]\nalice = 'x'\n", "task: 'fly' is not one of"),
+        "extra.toml": (TRAIN.format(seed=1) + "colour = 'red'\n", "'colour' was unexpected"),
+        "dataset.toml": (
+            TRAIN.format(seed=1).replace('bob = "bc-train"', 'bob = "nope"'),
+            "party 'bob' has no dataset 'nope'",
+        ),
+        "model.toml": (
+            TRAIN.format(seed=1).replace("LogisticRegression", "NoSuchNet"),
+            "has no 'NoSuchNet'",
+        ),
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        out = mpcml(cluster, "job", "submit", str(tmp_path / name))
+        assert out.returncode == 2, (name, out.stdout, out.stderr)
+        assert message in out.stderr, (name, out.stderr)
+        assert "Traceback" not in out.stderr
+    missing = mpcml(cluster, "job", "status", "f" * 32)
+    assert missing.returncode == 2 and "no job" in missing.stderr
+    nofile = mpcml(cluster, "job", "submit", str(tmp_path / "absent.toml"))
+    assert nofile.returncode == 2 and "cannot read the job file" in nofile.stderr

@@ -1,0 +1,207 @@
+"""Jobs end to end: coordinator and party daemons as separate processes, real gRPC, real mTLS.
+
+Every secure result is compared with plaintext PyTorch on the same rows, initial weights,
+hyper-parameters and batches: accuracy within 1 percentage point, outputs within 0.05.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from mpcml.api.client import Client
+from mpcml.api.job import Job
+from mpcml.demo import data, models
+from mpcml.demo.cluster import LocalCluster
+from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_train
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from tests.system.conftest import H_SPLIT
+
+ACCURACY_POINTS = 0.01
+OUTPUT_TOLERANCE = 0.05
+
+
+def _files(root: object) -> list[str]:
+    from pathlib import Path
+
+    base = Path(str(root))
+    return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+
+
+def test_vertical_training_then_inference_of_the_shared_model_matches_plaintext(
+    cluster: LocalCluster, client: Client
+) -> None:
+    row = breast_cancer_task(client, "logreg", models.LogisticRegression(), epochs=2)
+    assert abs(row.secure_accuracy - row.plaintext_accuracy) <= ACCURACY_POINTS
+    assert row.max_abs_diff <= OUTPUT_TOLERANCE
+    assert row.secure_accuracy > 0.9
+    assert row.rounds == 3 and row.bytes > 0
+    # The trained model stayed shared: nobody received weights; carol got the losses and the
+    # predictions, alice and bob nothing.
+    jobs = client.jobs()
+    train = next(j for j in jobs if j.name == "logreg-train")
+    assert train.state == cpb.COMPLETED and train.total_rounds == 2
+    assert set(train.metrics) == {"loss"}
+    carol = _files(cluster.results("carol"))
+    assert sorted(f.split("/")[1] for f in carol) == ["metrics.jsonl", "predictions.npz"]
+    assert not cluster.results("alice").exists() and not cluster.results("bob").exists()
+    losses = [r.metrics["loss"] for r in client.job(train.job_id).result().rounds]
+    assert len(losses) == 2 and losses[1] < losses[0]
+
+
+def test_private_model_inference_reveals_predictions_to_alice_only(
+    cluster: LocalCluster, client: Client
+) -> None:
+    row = digits_task(client, cluster)
+    assert abs(row.secure_accuracy - row.plaintext_accuracy) <= ACCURACY_POINTS
+    assert row.max_abs_diff <= OUTPUT_TOLERANCE
+    job = next(j for j in client.jobs() if j.name == "digits-private-model")
+    assert list(job.parties) == ["alice", "bob"]
+    alice = [f for f in _files(cluster.results("alice")) if f.startswith(job.job_id)]
+    assert alice == [f"{job.job_id}/predictions.npz"]
+    assert not cluster.results("bob").exists()
+
+
+def test_horizontal_training_with_momentum_reveals_weights_to_the_named_party(
+    cluster: LocalCluster, client: Client
+) -> None:
+    split = data.breast_cancer()
+    features = {p: {"dataset": "h-train", "columns": split.columns} for p in ("alice", "bob")}
+    labels = {p: {"dataset": "h-train", "columns": ["label"]} for p in ("alice", "bob")}
+    job = client.submit(
+        Job.train(
+            model=models.LogisticRegression(),
+            features=features,
+            labels=labels,
+            split="horizontal",
+            epochs=1,
+            lr=0.3,
+            momentum=0.9,
+            batch_size=32,
+            seed=3,
+            reveal={"weights": ["bob"]},
+        )
+    )
+    status = job.wait(timeout=240)
+    assert status.state == cpb.COMPLETED, status.reason
+    assert status.metrics == {}  # no metrics were revealed to the coordinator
+    result = job.result()
+    [output] = result.outputs
+    assert output.party == "bob" and output.output == 1  # OUTPUT_WEIGHTS
+    secure = torch.load(output.path, weights_only=True)
+    x, y = by_id(split.id_train, split.x_train, split.y_train)
+    assert len(x) > H_SPLIT
+    plain = plaintext_train(
+        models.LogisticRegression(), x, y, epochs=1, lr=0.3, batch_size=32, momentum=0.9, seed=3
+    ).state_dict()
+    for key, value in plain.items():
+        assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
+
+
+def test_cancel_stops_the_workers_and_frees_the_parties(
+    cluster: LocalCluster, client: Client
+) -> None:
+    job = client.submit(
+        Job.train(
+            model=models.BreastCancerMLP(),
+            features={"alice": "bc-train", "bob": "bc-train"},
+            labels={"carol": "bc-train-labels"},
+            align_on="id",
+            epochs=50,
+            batches_per_round=1,
+        )
+    )
+    for event in job.watch():
+        if event.kind == "round_done":
+            break
+    status = job.cancel("test over")
+    assert status.state == cpb.CANCELLED and status.reason == "test over"
+    deadline = time.monotonic() + 30
+    short = job.id[:8]
+    while time.monotonic() < deadline:
+        logs = [(cluster.logs / f"{p}.log").read_text() for p in ("alice", "bob", "carol")]
+        if all(f"job {job.id}: worker exited" in log for log in logs):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the workers of job {short} are still running")
+    # The parties are free: the next job runs.
+    follow = client.submit(
+        Job.infer(
+            model=models.DigitsMLP(),
+            weights={"bob": "digits-mlp"},
+            features={"alice": "digits-test"},
+            reveal={"predictions": ["alice"]},
+        )
+    )
+    assert follow.wait(timeout=120).state == cpb.COMPLETED
+
+
+def test_data_that_changed_since_registration_fails_the_job_naming_party_and_dataset(
+    cluster: LocalCluster, client: Client
+) -> None:
+    path = cluster.parties_dir / "bob" / "data" / "copy.csv"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:401]) + "\n")  # header and 400 of 455 rows
+    job = client.submit(
+        Job.train(
+            model=models.LogisticRegression(),
+            features={"alice": "bc-train", "bob": "bc-train-copy"},
+            labels={"carol": "bc-train-labels"},
+            align_on="id",
+        )
+    )
+    status = job.wait(timeout=120)
+    assert status.state == cpb.FAILED
+    assert "'bob'" in status.reason and "'bc-train-copy'" in status.reason, status.reason
+    assert "400 rows" in status.reason
+
+
+def test_idempotency_key_gives_one_job_and_refuses_another_spec(client: Client) -> None:
+    job = Job.infer(
+        model=models.DigitsMLP(),
+        weights={"bob": "digits-mlp"},
+        features={"alice": "digits-test"},
+        reveal={"predictions": ["alice"]},
+    )
+    first = client.submit(job, idempotency_key="same-key")
+    again = client.submit(job, idempotency_key="same-key")
+    assert first.id == again.id
+    other = Job.infer(
+        model=models.DigitsMLP(),
+        weights={"bob": "digits-mlp"},
+        features={"alice": "digits-test"},
+        reveal={"predictions": ["bob"]},
+    )
+    from mpcml.api.client import ClientError
+
+    with pytest.raises(ClientError, match=r"ALREADY_EXISTS.*same-key"):
+        client.submit(other, idempotency_key="same-key")
+    assert first.wait(timeout=120).state == cpb.COMPLETED
+    assert sum(1 for j in client.jobs() if j.idempotency_key == "same-key") == 1
+
+
+def test_a_restarted_coordinator_still_lists_finished_jobs(
+    cluster: LocalCluster, client: Client
+) -> None:
+    before = {j.job_id: j.state for j in client.jobs()}
+    assert cpb.COMPLETED in before.values()
+    cluster.stop_process("coordinator")
+    cluster.start_coordinator()
+    cluster.wait_for_parties(client, timeout=60)
+    after = {j.job_id: j.state for j in client.jobs()}
+    assert after == before
+    # and the re-registered parties run new jobs
+    job = client.submit(
+        Job.infer(
+            model=models.DigitsMLP(),
+            weights={"bob": "digits-mlp"},
+            features={"alice": "digits-test"},
+            reveal={"predictions": ["alice"]},
+        )
+    )
+    assert job.wait(timeout=120).state == cpb.COMPLETED
+    assert np.isfinite(job.result().seconds)
