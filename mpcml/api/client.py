@@ -32,10 +32,17 @@ class JobError(Exception):
 
 
 def _call(fn: Any, request: Any, **kwargs: Any) -> Any:
+    # wait_for_ready: a coordinator that is still starting is waited for, up to the timeout.
     try:
-        return fn(request, **kwargs)
+        return fn(request, wait_for_ready=True, **kwargs)
     except grpc.RpcError as exc:
-        raise ClientError(exc.code(), exc.details() or "") from None
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            details = (
+                f"no answer within {kwargs.get('timeout')} s: is the coordinator running, "
+                f"reachable, and does it trust this client's certificate? ({details})"
+            )
+        raise ClientError(code, details) from None
 
 
 class Client:
@@ -83,6 +90,20 @@ class Client:
         return list(
             _call(self.stub.ListJobs, cpb.ListJobsRequest(state=state), timeout=self.timeout).jobs
         )
+
+    def wait_for_parties(self, names: list[str], timeout: float = 60.0) -> list[cpb.PartyStatus]:
+        """Block until every party in `names` is registered and connected."""
+        deadline = time.monotonic() + timeout
+        while True:
+            parties = self.parties()
+            missing = set(names) - {p.name for p in parties if p.connected}
+            if not missing:
+                return parties
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"parties not registered after {timeout:.0f} s: {', '.join(sorted(missing))}"
+                )
+            time.sleep(0.5)
 
     def parties(self) -> list[cpb.PartyStatus]:
         """Parties registered with the coordinator."""

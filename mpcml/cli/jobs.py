@@ -61,6 +61,11 @@ def add_parsers(sub: Any) -> None:
         ("result", "a job's public results"),
     ]:
         command(name, help).add_argument("job_id")
+    p = command("parties", "the parties registered with the coordinator")
+    p.add_argument(
+        "--wait", nargs="+", metavar="NAME", help="first wait until these are registered"
+    )
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
     p = command("list", "every job")
     p.add_argument(
         "--state",
@@ -149,6 +154,17 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 for j in jobs:
                     print(_status_line(j), file=out)
             return EXIT_OK
+        if command == "parties":
+            parties = (
+                client.wait_for_parties(args.wait, args.timeout) if args.wait else client.parties()
+            )
+            if as_json:
+                print(json.dumps([_json(p) for p in parties], indent=2), file=out)
+            for p in [] if as_json else parties:
+                state = "connected" if p.connected else "disconnected"
+                datasets = ", ".join(d.name for d in p.datasets)
+                print(f"{p.name:<10} {state:<12} {p.data_address:<22} {datasets}", file=out)
+            return EXIT_OK
         handle = client.job(args.job_id)
         if command == "status":
             status = handle.status()
@@ -190,6 +206,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT if exc.code.name in BAD_INPUT else EXIT_FAILED
     except JobError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except TimeoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except ValueError as exc:  # a bad job file, a model off the whitelist, missing TLS files

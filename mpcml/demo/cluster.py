@@ -147,6 +147,12 @@ class LocalCluster:
 
     def start(self, timeout: float = 90.0) -> Client:
         """Certificates, coordinator, parties; returns a client once every party registered."""
+        for party in self.parties:
+            if not (self.parties_dir / party / "party.toml").is_file():
+                raise FileNotFoundError(
+                    f"no profile {self.parties_dir / party / 'party.toml'}: the demo runs from a "
+                    "checkout of mpcml, which holds the example parties in parties/"
+                )
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.make_certificates()
         self.start_coordinator()

@@ -239,6 +239,10 @@ def main(json_output: bool = False, workdir: Path | None = None, epochs: int | N
             f"mpcml demo: coordinator and parties {', '.join(cluster.parties)} on 127.0.0.1, "
             f"mutual TLS with a fresh CA in {cluster.certs} (logs in {cluster.logs})"
         )
+        _say(
+            "NOT YET SECURE: correlated randomness comes from CrypTen's TFP provider, with "
+            "which party 0 can recover the others' inputs (a dealer daemon replaces it next)"
+        )
         try:
             with cluster, cluster.start() as client:
                 _say("all parties registered; running the jobs")

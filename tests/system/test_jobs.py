@@ -205,3 +205,35 @@ def test_a_restarted_coordinator_still_lists_finished_jobs(
     )
     assert job.wait(timeout=120).state == cpb.COMPLETED
     assert np.isfinite(job.result().seconds)
+
+
+def test_evaluate_reveals_loss_and_accuracy_as_public_metrics(client: Client) -> None:
+    """Cross-entropy and argmax accuracy of bob's private model on alice's labelled images."""
+    job = client.submit(
+        Job.evaluate(
+            model=models.DigitsMLP(),
+            weights={"bob": "digits-mlp"},
+            features={"alice": "digits-test"},
+            labels={"alice": "digits-test-labels"},
+            loss="cross_entropy",
+            reveal={"metrics": ["coordinator"]},
+        )
+    )
+    status = job.wait(timeout=180)
+    assert status.state == cpb.COMPLETED, status.reason
+    split = data.digits()
+    net = models.DigitsMLP()
+    net.load_state_dict(torch.load(data_path("bob/models/digits_mlp.pt"), weights_only=True))
+    with torch.no_grad():
+        logits = net(torch.from_numpy(split.x_test))
+        y = torch.from_numpy(split.y_test.astype(np.int64))
+        loss = torch.nn.functional.cross_entropy(logits, y).item()
+        accuracy = (logits.argmax(1) == y).float().mean().item()
+    assert abs(status.metrics["accuracy"] - accuracy) <= ACCURACY_POINTS
+    assert abs(status.metrics["loss"] - loss) <= OUTPUT_TOLERANCE
+
+
+def data_path(relative: str) -> str:
+    from mpcml.demo.cluster import PARTIES_DIR
+
+    return str(PARTIES_DIR / relative)
