@@ -36,6 +36,7 @@ from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.graph.init import initial_state
 from mpcml.graph.trace import trace
+from mpcml.jobs.spec import epoch_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
 EPOCHS = 10
@@ -84,19 +85,23 @@ def plaintext_train(
     batch_size: int = BATCH,
     momentum: float = MOMENTUM,
     seed: int = SEED,
+    shuffle_seed: int | None = None,
 ) -> torch.nn.Module:
     """What a secure train job does, in plaintext PyTorch.
 
-    The same initial weights (from `seed`), batches in row order, SGD with momentum and BCE.
+    The same initial weights (from `seed`), batches in row order (or shuffled as a job with
+    `shuffle_seed` shuffles them), SGD with momentum and BCE.
     """
     model.load_state_dict(initial_state(trace(model), seed))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y).reshape(-1, 1)
-    for _ in range(epochs):
+    for epoch in range(epochs):
+        order = torch.arange(len(xt))
+        if shuffle_seed is not None:  # the permutation a shuffled job derives (jobs/spec.py)
+            order = epoch_order(len(xt), shuffle_seed, epoch)
         for start in range(0, len(xt), batch_size):
-            loss = torch.nn.functional.binary_cross_entropy(
-                model(xt[start : start + batch_size]), yt[start : start + batch_size]
-            )
+            batch = order[start : start + batch_size]
+            loss = torch.nn.functional.binary_cross_entropy(model(xt[batch]), yt[batch])
             opt.zero_grad()
             torch.autograd.backward(loss)
             opt.step()

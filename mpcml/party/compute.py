@@ -27,7 +27,14 @@ from mpcml.graph.build import build, load_weights
 from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
 from mpcml.graph.shapes import infer_shapes
-from mpcml.jobs.spec import COORDINATOR, RoundPlan, batch_size, recipients, round_plan
+from mpcml.jobs.spec import (
+    COORDINATOR,
+    RoundPlan,
+    batch_size,
+    epoch_order,
+    recipients,
+    round_plan,
+)
 from mpcml.party import catalogue
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
@@ -271,8 +278,7 @@ class JobComputation:
         h = self.spec.hyper
         if not h.shuffle or self.plan is None:
             return None
-        g = torch.Generator().manual_seed(int(h.shuffle_seed) + epoch)
-        return torch.randperm(self.plan.rows, generator=g)
+        return epoch_order(self.plan.rows, int(h.shuffle_seed), epoch)
 
     def run_round(self, round: int) -> list[cpb.MetricShare]:
         """The round's batches; returns this party's shares of the metrics for the coordinator."""
@@ -399,7 +405,8 @@ class JobComputation:
     def _evaluation(self) -> dict[str, Any]:
         loss = self._loss()(self.predictions, self.y)
         if self.spec.hyper.loss == jpb.LOSS_BCE:
-            correct = (self.predictions > 0.5).eq(self.y)
+            hit = self.predictions > 0.5  # 0/1, as are the labels
+            correct = hit * self.y + (1 - hit) * (1 - self.y)
         elif self.spec.hyper.loss == jpb.LOSS_CROSS_ENTROPY:
             correct = (self.predictions.argmax(dim=1, one_hot=True) * self.y).sum(1)
         else:

@@ -50,6 +50,19 @@ def test_vertical_training_then_inference_of_the_shared_model_matches_plaintext(
     assert not cluster.results("alice").exists() and not cluster.results("bob").exists()
     losses = [r.metrics["loss"] for r in client.job(train.job_id).result().rounds]
     assert len(losses) == 2 and losses[1] < losses[0]
+    # Evaluating the shared model: public loss and accuracy, matching the inference above.
+    evaluation = client.submit(
+        Job.evaluate(
+            from_job=train.job_id,
+            features={"alice": "bc-test", "bob": "bc-test"},
+            labels={"carol": "bc-test-labels"},
+            align_on="id",
+            reveal={"metrics": ["coordinator"]},
+        )
+    )
+    status = evaluation.wait(timeout=120)
+    assert status.state == cpb.COMPLETED, status.reason
+    assert abs(status.metrics["accuracy"] - row.secure_accuracy) <= ACCURACY_POINTS
 
 
 def test_private_model_inference_reveals_predictions_to_alice_only(
@@ -65,7 +78,7 @@ def test_private_model_inference_reveals_predictions_to_alice_only(
     assert not cluster.results("bob").exists()
 
 
-def test_horizontal_training_with_momentum_reveals_weights_to_the_named_party(
+def test_horizontal_shuffled_training_with_momentum_reveals_weights_to_the_named_party(
     cluster: LocalCluster, client: Client
 ) -> None:
     split = data.breast_cancer()
@@ -82,6 +95,8 @@ def test_horizontal_training_with_momentum_reveals_weights_to_the_named_party(
             momentum=0.9,
             batch_size=32,
             seed=3,
+            shuffle=True,
+            shuffle_seed=5,
             reveal={"weights": ["bob"]},
         )
     )
@@ -95,7 +110,15 @@ def test_horizontal_training_with_momentum_reveals_weights_to_the_named_party(
     x, y = by_id(split.id_train, split.x_train, split.y_train)
     assert len(x) > H_SPLIT
     plain = plaintext_train(
-        models.LogisticRegression(), x, y, epochs=1, lr=0.3, batch_size=32, momentum=0.9, seed=3
+        models.LogisticRegression(),
+        x,
+        y,
+        epochs=1,
+        lr=0.3,
+        batch_size=32,
+        momentum=0.9,
+        seed=3,
+        shuffle_seed=5,
     ).state_dict()
     for key, value in plain.items():
         assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
