@@ -260,3 +260,33 @@ def data_path(relative: str) -> str:
     from mpcml.demo.cluster import PARTIES_DIR
 
     return str(PARTIES_DIR / relative)
+
+
+def test_vertical_rows_aligned_by_position_train_like_plaintext(client: Client) -> None:
+    """Without `align_on`, row i of every party is the same sample (bob's positional copy)."""
+    job = client.submit(
+        Job.train(
+            model=models.LogisticRegression(),
+            features={"alice": "bc-train", "bob": "bc-train-positional"},
+            labels={"carol": "bc-train-labels"},
+            epochs=1,
+            seed=9,
+            reveal={"weights": ["carol"]},
+        )
+    )
+    status = job.wait(timeout=120)
+    assert status.state == cpb.COMPLETED, status.reason
+    [output] = job.result().outputs
+    secure = torch.load(output.path, weights_only=True)
+    split = data.breast_cancer()  # rows in the order alice and carol hold them
+    plain = plaintext_train(
+        models.LogisticRegression(),
+        split.x_train,
+        split.y_train,
+        epochs=1,
+        lr=0.1,
+        momentum=0,
+        seed=9,
+    ).state_dict()
+    for key, value in plain.items():
+        assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
