@@ -24,6 +24,16 @@ ACCURACY_POINTS = 0.01
 OUTPUT_TOLERANCE = 0.05
 
 
+def _digits_job(recipient: str = "alice") -> Job:
+    """Bob's private model on alice's images: the quick job the tests use to fill the queue."""
+    return Job.infer(
+        model=models.DigitsMLP(),
+        weights={"bob": "digits-mlp"},
+        features={"alice": "digits-test"},
+        reveal={"predictions": [recipient]},
+    )
+
+
 def _files(root: object) -> list[str]:
     from pathlib import Path
 
@@ -152,14 +162,7 @@ def test_cancel_stops_the_workers_and_frees_the_parties(
     else:
         pytest.fail(f"the workers of job {short} are still running")
     # The parties are free: the next job runs.
-    follow = client.submit(
-        Job.infer(
-            model=models.DigitsMLP(),
-            weights={"bob": "digits-mlp"},
-            features={"alice": "digits-test"},
-            reveal={"predictions": ["alice"]},
-        )
-    )
+    follow = client.submit(_digits_job())
     assert follow.wait(timeout=120).state == cpb.COMPLETED
 
 
@@ -184,21 +187,11 @@ def test_data_that_changed_since_registration_fails_the_job_naming_party_and_dat
 
 
 def test_idempotency_key_gives_one_job_and_refuses_another_spec(client: Client) -> None:
-    job = Job.infer(
-        model=models.DigitsMLP(),
-        weights={"bob": "digits-mlp"},
-        features={"alice": "digits-test"},
-        reveal={"predictions": ["alice"]},
-    )
+    job = _digits_job()
     first = client.submit(job, idempotency_key="same-key")
     again = client.submit(job, idempotency_key="same-key")
     assert first.id == again.id
-    other = Job.infer(
-        model=models.DigitsMLP(),
-        weights={"bob": "digits-mlp"},
-        features={"alice": "digits-test"},
-        reveal={"predictions": ["bob"]},
-    )
+    other = _digits_job("bob")
     from mpcml.api.client import ClientError
 
     with pytest.raises(ClientError, match=r"ALREADY_EXISTS.*same-key"):
@@ -218,14 +211,7 @@ def test_a_restarted_coordinator_still_lists_finished_jobs(
     after = {j.job_id: j.state for j in client.jobs()}
     assert after == before
     # and the re-registered parties run new jobs
-    job = client.submit(
-        Job.infer(
-            model=models.DigitsMLP(),
-            weights={"bob": "digits-mlp"},
-            features={"alice": "digits-test"},
-            reveal={"predictions": ["alice"]},
-        )
-    )
+    job = client.submit(_digits_job())
     assert job.wait(timeout=120).state == cpb.COMPLETED
     assert np.isfinite(job.result().seconds)
 
