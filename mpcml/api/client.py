@@ -13,7 +13,7 @@ from mpcml.api.job import Job
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.serving import channel
-from mpcml.transport.tls import TLSFiles
+from mpcml.transport.tls import CLIENT_ROLE, TLSFiles, check_certificate
 
 TERMINAL = {cpb.COMPLETED, cpb.FAILED, cpb.CANCELLED}
 
@@ -59,6 +59,8 @@ class Client:
     ) -> None:
         if tls is None and not insecure:
             raise ValueError("tls is required; pass insecure=True only to debug over plaintext")
+        if tls is not None:
+            check_certificate(tls, CLIENT_ROLE)
         self.timeout = timeout
         self._channel = channel(address, tls, server_name)
         self.stub = cgrpc.CoordinatorStub(self._channel)

@@ -99,6 +99,8 @@ def _status_line(s: cpb.JobStatus) -> str:
         line += f"  {metrics}"
     if s.reason:
         line += f"\n  reason: {s.reason}"
+    for warning in s.warnings:
+        line += f"\n  {warning}"
     return line
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,9 +31,22 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+INSECURE_BANNER = (
+    "WARNING: --insecure: plaintext gRPC with no authentication. Anyone on the network can read "
+    "and forge every message. For debugging only."
+)
+
+
+def _insecure(args: argparse.Namespace) -> None:
+    if args.insecure:
+        os.environ["MPCML_INSECURE"] = "true"
+        print(INSECURE_BANNER, file=sys.stderr, flush=True)
+
+
 def _coordinator(args: argparse.Namespace) -> int:
     from mpcml.coordinator.server import CoordinatorConfig, serve
 
+    _insecure(args)
     config = CoordinatorConfig.load(args.config)
     _logging("coordinator")
     serve(config, _stop_on_signals())
@@ -43,6 +57,7 @@ def _party(args: argparse.Namespace) -> int:
     from mpcml.party.config import PartyConfig
     from mpcml.party.daemon import PartyDaemon
 
+    _insecure(args)
     config = PartyConfig.load(args.config)
     _logging(config.name)
     daemon = PartyDaemon(config)
@@ -63,6 +78,8 @@ def _certs(args: argparse.Namespace) -> int:
     if args.certs_command == "init":
         issued = certs.init_ca(args.out)
         print(f"wrote {issued.cert} and {issued.key}")
+    elif args.certs_command == "show":
+        print(certs.describe(args.file))
     elif args.certs_command == "issue":
         issued = certs.issue(
             args.ca,
@@ -90,10 +107,12 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("coordinator", help="run the coordinator")
     c.add_argument("--config", required=True, help="coordinator.toml")
+    c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
     c.set_defaults(run=_coordinator)
 
     c = sub.add_parser("party", help="run a party daemon")
     c.add_argument("--config", required=True, help="parties/<name>/party.toml")
+    c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
     c.set_defaults(run=_party)
 
     c = sub.add_parser("certs", help="a small CA: make the certificates every channel uses")
@@ -107,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
     ci.add_argument("--san", action="append", help="a DNS name or IP address (repeatable)")
     ci.add_argument("--out", help="folder to write to (default: the CA's)")
     ci.add_argument("--days", type=int, default=825)
+    ci = cs.add_parser("show", help="name, role, SANs and expiry of a certificate")
+    ci.add_argument("file")
     c.set_defaults(run=_certs)
 
     jobs.add_parsers(sub)

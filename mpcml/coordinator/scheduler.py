@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,9 @@ from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
 log = logging.getLogger(__name__)
+
+VET_TIMEOUT_S = 10.0
+"""How long a submission waits for every party's policy verdict."""
 
 PEER_FAILURE_GRACE_S = 3.0
 """After a party reports it failed only because a peer did, wait this long for the peer's own
@@ -97,6 +101,8 @@ class Scheduler:
         self._changed = threading.Condition(self._lock)
         self._parties: dict[str, PartyLink] = {}
         self._runs: dict[str, Run] = {}
+        self._verdicts: dict[str, dict[str, cpb.Verdict]] = {}
+        self._verdict_ready = threading.Condition(threading.Lock())
         with self._lock:
             self._interrupted()
 
@@ -194,7 +200,10 @@ class Scheduler:
     # --- jobs -------------------------------------------------------------------------------
 
     def submit(self, spec: jpb.JobSpec, idempotency_key: str, submitter: str) -> Job:
-        """Validate and store a job; the same key and spec give the same job."""
+        """Validate a job, have every party vet it, and store it.
+
+        The same key and spec give the same job.
+        """
         with self._lock:
             spec = self._normalise(spec)
             registered = {n: p.info for n, p in self._parties.items() if p.connected}
@@ -204,6 +213,9 @@ class Scheduler:
                 raise SchedulerError(
                     "FAILED_PRECONDITION" if exc.precondition else "INVALID_ARGUMENT", str(exc)
                 ) from None
+            links = {name: self._parties[name] for name in spec.parties}
+        self._vet(spec, submitter, links)
+        with self._lock:
             key = idempotency_key or f"auto-{time.time_ns()}"
             try:
                 job, created = self.store.create(
@@ -225,6 +237,43 @@ class Scheduler:
                 )
                 self._schedule()
             return self.store.get(job.job_id)
+
+    def _vet(self, spec: jpb.JobSpec, submitter: str, links: dict[str, PartyLink]) -> None:
+        """Ask every party of the job whether its policy allows it (DESIGN.md 7)."""
+        request_id = uuid.uuid4().hex
+        with self._verdict_ready:
+            self._verdicts[request_id] = {}
+        vet = cpb.VetJob(request_id=request_id, spec=spec, submitter=submitter)
+        for link in links.values():
+            link.assignments.put(cpb.Assignment(vet=vet))
+        deadline = time.monotonic() + VET_TIMEOUT_S
+        with self._verdict_ready:
+            while len(self._verdicts[request_id]) < len(links):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._verdict_ready.wait(left)
+            verdicts = self._verdicts.pop(request_id)
+        for name in links:
+            verdict = verdicts.get(name)
+            if verdict is None:
+                raise SchedulerError(
+                    "FAILED_PRECONDITION",
+                    f"party {name!r} did not answer the policy check within {VET_TIMEOUT_S:.0f} s",
+                )
+            if not verdict.allowed:
+                raise SchedulerError(
+                    "PERMISSION_DENIED", f"party {name!r} refuses the job: {verdict.reason}"
+                )
+
+    def verdict(self, party: str, verdict: cpb.Verdict) -> None:
+        """A party's answer to a policy check."""
+        with self._verdict_ready:
+            pending = self._verdicts.get(verdict.request_id)
+            if pending is None:
+                raise SchedulerError("FAILED_PRECONDITION", "no policy check is waiting for it")
+            pending[party] = verdict
+            self._verdict_ready.notify_all()
 
     def _normalise(self, spec: jpb.JobSpec) -> jpb.JobSpec:
         spec = jpb.JobSpec.FromString(spec.SerializeToString())

@@ -17,7 +17,7 @@ from mpcml.coordinator.store import SqliteJobStore
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.serving import add_health_and_reflection, bind
-from mpcml.transport.tls import TLSFiles
+from mpcml.transport.tls import COORDINATOR_ROLE, TLSFiles, check_certificate
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,8 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
             "the coordinator runs over PLAINTEXT gRPC with no authentication (insecure): "
             "use it only for debugging"
         )
+    if config.tls is not None:
+        check_certificate(config.tls, COORDINATOR_ROLE)
     config.database.parent.mkdir(parents=True, exist_ok=True)
     store = SqliteJobStore(config.database)
     scheduler = Scheduler(store, list(config.roster), config.heartbeat_timeout)

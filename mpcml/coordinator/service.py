@@ -19,7 +19,7 @@ from mpcml.jobs.spec import parties_in_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.proto.v1 import job_pb2 as jpb
-from mpcml.transport.tls import caller_common_name
+from mpcml.transport.tls import CLIENT_ROLE, PARTY_ROLE, caller_identity
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +31,43 @@ def _abort(context: grpc.ServicerContext, code: str, message: str) -> NoReturn:
     raise AssertionError("unreachable")
 
 
-def _caller(context: grpc.ServicerContext, claimed: str, insecure: bool) -> str:
-    name = caller_common_name(context)
-    if name is None:
+def _caller(
+    context: grpc.ServicerContext, claimed: str, insecure: bool, role: str, what: str
+) -> str:
+    """The caller's certificate name.
+
+    Refuses a call whose certificate has the wrong role or names someone other than the
+    request claims.
+    """
+    identity = caller_identity(context)
+    if identity is None:
         if not insecure:
             _abort(context, "UNAUTHENTICATED", "a client certificate is required")
         return claimed or "anonymous"
-    if claimed and claimed != name:
+    if identity.role != role:
         _abort(
             context,
             "PERMISSION_DENIED",
-            f"the caller's certificate names {name!r}, the request claims {claimed!r}",
+            f"certificate {identity.name!r} has role {identity.role or 'none'!r}; only a "
+            f"{role!r} certificate may {what}",
         )
-    return name
+    if claimed and claimed != identity.name:
+        _abort(
+            context,
+            "PERMISSION_DENIED",
+            f"the caller's certificate names {identity.name!r}, the request claims {claimed!r}",
+        )
+    return identity.name
 
 
-def job_status(job: Job, events: list[Event]) -> cpb.JobStatus:
+TFP_WARNING = (
+    "INSECURE: correlated randomness comes from CrypTen's TFP provider, which lets party 0 "
+    "recover the other parties' inputs (the dealer that replaces it is not built yet)"
+)
+PLAINTEXT_WARNING = "INSECURE: the coordinator runs without TLS or authentication (--insecure)"
+
+
+def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.JobStatus:
     """A job's public status from its store record and its event log."""
     spec = jpb.JobSpec.FromString(job.spec)
     status = cpb.JobStatus(
@@ -59,6 +80,7 @@ def job_status(job: Job, events: list[Event]) -> cpb.JobStatus:
         task=spec.task,
         parties=parties_in_order(spec),
         idempotency_key=job.idempotency_key,
+        warnings=[TFP_WARNING, *([PLAINTEXT_WARNING] if insecure else [])],
     )
     status.state_times.update(job.state_times)
     for event in events:
@@ -101,13 +123,13 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
             _abort(context, exc.code, str(exc))
 
     def _status(self, job: Job) -> cpb.JobStatus:
-        return job_status(job, self.scheduler.store.events(job.job_id))
+        return job_status(job, self.scheduler.store.events(job.job_id), self.insecure)
 
     def SubmitJob(
         self, request: cpb.SubmitJobRequest, context: grpc.ServicerContext
     ) -> cpb.JobStatus:
         """Validate and queue a job."""
-        submitter = _caller(context, "", self.insecure)
+        submitter = _caller(context, "", self.insecure, CLIENT_ROLE, "submit jobs")
         if len(request.idempotency_key) > 200:
             _abort(context, "INVALID_ARGUMENT", "the idempotency key is longer than 200 characters")
         try:
@@ -119,14 +141,14 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
 
     def GetJob(self, request: cpb.GetJobRequest, context: grpc.ServicerContext) -> cpb.JobStatus:
         """One job's status."""
-        _caller(context, "", self.insecure)
+        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
         return self._status(self._job(request.job_id, context))
 
     def ListJobs(
         self, request: cpb.ListJobsRequest, context: grpc.ServicerContext
     ) -> cpb.ListJobsResponse:
         """Jobs in submission order."""
-        _caller(context, "", self.insecure)
+        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
         if request.state not in cpb.JobState.values():
             _abort(context, "INVALID_ARGUMENT", f"unknown job state {request.state}")
         state = (
@@ -141,7 +163,7 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.WatchJobRequest, context: grpc.ServicerContext
     ) -> Iterator[cpb.JobEvent]:
         """Events until the job has ended and all were sent."""
-        _caller(context, "", self.insecure)
+        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
         job = self._job(request.job_id, context)
         after = request.after_seq
         while context.is_active():
@@ -156,7 +178,7 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.CancelJobRequest, context: grpc.ServicerContext
     ) -> cpb.JobStatus:
         """Cancel a job and stop its workers."""
-        who = _caller(context, "", self.insecure)
+        who = _caller(context, "", self.insecure, CLIENT_ROLE, "cancel jobs")
         job = self._job(request.job_id, context)
         try:
             job = self.scheduler.cancel(job.job_id, request.reason or f"cancelled by {who}")
@@ -168,10 +190,10 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.GetResultRequest, context: grpc.ServicerContext
     ) -> cpb.JobResult:
         """The public part of a job's results."""
-        _caller(context, "", self.insecure)
+        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
         job = self._job(request.job_id, context)
         events = self.scheduler.store.events(job.job_id)
-        result = cpb.JobResult(status=job_status(job, events))
+        result = cpb.JobResult(status=job_status(job, events, self.insecure))
         for e in events:
             if e.kind == "round_done":
                 result.rounds.append(cpb.RoundMetrics(round=e.round, metrics=e.data["metrics"]))
@@ -199,7 +221,7 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.ListPartiesRequest, context: grpc.ServicerContext
     ) -> cpb.ListPartiesResponse:
         """Parties registered since the coordinator started."""
-        _caller(context, "", self.insecure)
+        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
         return cpb.ListPartiesResponse(parties=self.scheduler.parties())
 
 
@@ -214,7 +236,7 @@ class PartyControlService(cgrpc.PartyControlServicer):
         self, request: cpb.AttachRequest, context: grpc.ServicerContext
     ) -> Iterator[cpb.Assignment]:
         """Register and stream assignments."""
-        party = _caller(context, request.party, self.insecure)
+        party = _caller(context, request.party, self.insecure, PARTY_ROLE, "act as a party")
         if not request.party:
             _abort(context, "INVALID_ARGUMENT", "the request names no party")
         if not request.data_address.rpartition(":")[2].isdigit():
@@ -243,7 +265,7 @@ class PartyControlService(cgrpc.PartyControlServicer):
         self, request: cpb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> cpb.HeartbeatResponse:
         """Note the party is alive."""
-        party = _caller(context, request.party, self.insecure)
+        party = _caller(context, request.party, self.insecure, PARTY_ROLE, "act as a party")
         try:
             self.scheduler.heartbeat(party)
         except SchedulerError as exc:
@@ -254,10 +276,13 @@ class PartyControlService(cgrpc.PartyControlServicer):
         self, request: cpb.WorkerReport, context: grpc.ServicerContext
     ) -> cpb.ReportResponse:
         """A worker's progress."""
-        party = _caller(context, request.party, self.insecure)
-        if not request.job_id:
-            _abort(context, "INVALID_ARGUMENT", "the report names no job")
+        party = _caller(context, request.party, self.insecure, PARTY_ROLE, "act as a party")
         try:
+            if request.WhichOneof("kind") == "verdict":
+                self.scheduler.verdict(party, request.verdict)
+                return cpb.ReportResponse()
+            if not request.job_id:
+                _abort(context, "INVALID_ARGUMENT", "the report names no job")
             self.scheduler.report(party, request)
         except SchedulerError as exc:
             _abort(context, exc.code, str(exc))

@@ -27,7 +27,7 @@ from mpcml.transport.tls import TLSFiles
 REPO = Path(__file__).resolve().parents[2]
 PARTIES_DIR = REPO / "parties"
 PARTIES = ("alice", "bob", "carol")
-CLIENT = "submitter"
+CLIENT = "analyst"
 STOP_TIMEOUT_S = 10.0
 
 

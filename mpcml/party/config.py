@@ -14,6 +14,8 @@ path = "data/bc_train.csv"         # CSV with a header row, or .npz
 id_column = "id"
 [models.digits-mlp]
 path = "models/digits_mlp.pt"      # a torch state_dict, read with weights_only=True
+[policy]                           # see mpcml/party/policy.py
+submitters = ["analyst"]
 ```
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mpcml import config as cfg
+from mpcml.party.policy import Policy
 from mpcml.transport.tls import TLSFiles
 
 
@@ -54,6 +57,7 @@ class PartyConfig:
     heartbeat_s: float
     datasets: dict[str, DatasetEntry] = field(default_factory=dict)
     models: dict[str, Path] = field(default_factory=dict)
+    policy: Policy = field(default_factory=Policy)
 
     @classmethod
     def load(cls, path: str | Path) -> PartyConfig:
@@ -81,6 +85,7 @@ class PartyConfig:
             heartbeat_s=float(data.get("heartbeat_s", 2.0)),
             datasets=datasets,
             models=models,
+            policy=Policy.from_table(data.get("policy")),
         )
 
     def job_state(self, job_id: str) -> Path:

@@ -20,11 +20,12 @@ from typing import Any
 
 import grpc
 
-from mpcml.party import catalogue, worker
+from mpcml.party import catalogue, policy, worker
 from mpcml.party.config import PartyConfig
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.serving import channel
+from mpcml.transport.tls import PARTY_ROLE, check_certificate
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class PartyDaemon:
     """One party's daemon."""
 
     def __init__(self, config: PartyConfig) -> None:
+        if config.tls is not None:
+            check_certificate(config.tls, PARTY_ROLE)
         self.config = config
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -149,6 +152,20 @@ class PartyDaemon:
                 log.warning("job %s: the worker is gone", handle.job_id)
         elif kind == "stop":
             self._stop(assignment.stop.job_id, assignment.stop.reason)
+        elif kind == "vet":
+            self._vet(assignment.vet)
+
+    def _vet(self, vet: cpb.VetJob) -> None:
+        verdict = policy.check(self.config.policy, self.config.name, vet.spec, vet.submitter)
+        if not verdict.allowed:
+            log.warning("refused a job from %s: %s", vet.submitter, verdict.reason)
+        self._report(
+            cpb.WorkerReport(
+                verdict=cpb.Verdict(
+                    request_id=vet.request_id, allowed=verdict.allowed, reason=verdict.reason
+                )
+            )
+        )
 
     def _start(self, start: cpb.StartJob) -> None:
         with self._lock:

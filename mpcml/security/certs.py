@@ -143,3 +143,34 @@ def issue(
     issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(issued.key, key)
     return issued
+
+
+def describe(path: str | Path) -> str:
+    """Name, role, subject alternative names, issuer and validity of a certificate file."""
+    try:
+        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError:
+        raise ValueError(f"{str(path)!r} is not a PEM certificate") from None
+    cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    ou = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        sans = [*san.get_values_for_type(x509.DNSName)]
+        sans += [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        sans = []
+    now = dt.datetime.now(dt.UTC)
+    after = cert.not_valid_after_utc
+    state = "EXPIRED" if after < now else f"valid for {(after - now).days} more days"
+    return "\n".join(
+        [
+            f"name:    {str(cn[0].value) if cn else ''}",
+            f"role:    {str(ou[0].value) if ou else '(none)'}",
+            f"SANs:    {', '.join(sans) or '(none)'}",
+            f"issuer:  {cert.issuer.rfc4514_string()}",
+            f"valid:   {cert.not_valid_before_utc:%Y-%m-%d %H:%M} to {after:%Y-%m-%d %H:%M} UTC"
+            f" ({state})",
+        ]
+    )

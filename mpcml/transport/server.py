@@ -15,7 +15,7 @@ import grpc
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport.errors import PeerFailedError, ProtocolError
 from mpcml.transport.framing import Assembler, WireFrame, parse_frame
-from mpcml.transport.tls import caller_common_name
+from mpcml.transport.tls import PARTY_ROLE, caller_identity
 
 if TYPE_CHECKING:
     from mpcml.transport.transport import Transport
@@ -49,12 +49,19 @@ class DataPlaneServicer:
         if t.insecure:
             return
         expected = t.peers[rank].name
-        presented = caller_common_name(context)
-        if presented != expected:
+        presented = caller_identity(context)
+        message = ""
+        if presented is None or presented.name != expected:
             message = (
                 f"rank {rank} must present a certificate for {expected!r}, the caller "
-                f"presented {presented!r}"
+                f"presented {presented.name if presented else None!r}"
             )
+        elif presented.role != PARTY_ROLE:
+            message = (
+                f"rank {rank}'s certificate {expected!r} has role {presented.role!r}; only "
+                f"a {PARTY_ROLE!r} certificate may join a data plane"
+            )
+        if message:
             t.note_rejection(rank, message)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
 

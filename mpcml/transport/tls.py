@@ -8,6 +8,7 @@ handshake fails, probes the peer once with Python's `ssl` to say which name it p
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import socket
 import ssl
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
 
@@ -69,6 +71,40 @@ def cert_names(cert: x509.Certificate) -> CertNames:
     return CertNames(common_name, dns, ips)
 
 
+def check_certificate(tls: TLSFiles, role: str) -> None:
+    """Refuse, before connecting, a certificate the other side would refuse.
+
+    The other side would say only "handshake failed"; here the message says why: not from our
+    CA, expired or not yet valid, or made for another role.
+    """
+    ca_pem, cert_pem, _key = tls.read()
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    name = cert_names(cert).common_name
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise ValueError(
+            f"certificate {str(tls.cert)!r} ({name!r}) is not issued by the CA in {str(tls.ca)!r}"
+        ) from None
+    now = dt.datetime.now(dt.UTC)
+    if cert.not_valid_after_utc < now:
+        raise ValueError(
+            f"certificate {str(tls.cert)!r} ({name!r}) expired on "
+            f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+        )
+    if cert.not_valid_before_utc > now:
+        raise ValueError(
+            f"certificate {str(tls.cert)!r} ({name!r}) is not valid before "
+            f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+        )
+    if cert_role(cert) != role:
+        raise ValueError(
+            f"certificate {str(tls.cert)!r} ({name!r}) has role {cert_role(cert) or 'none'!r}; "
+            f"this needs a {role!r} certificate"
+        )
+
+
 def pem_names(pem: bytes) -> CertNames:
     """Names of the first certificate in a PEM blob."""
     return cert_names(x509.load_pem_x509_certificate(pem))
@@ -90,13 +126,42 @@ def channel_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
     )
 
 
+PARTY_ROLE = "party"
+CLIENT_ROLE = "client"
+COORDINATOR_ROLE = "coordinator"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a TLS client certificate says its holder is.
+
+    The name, and the role (party, coordinator, dealer or client), which
+    `mpcml.security.certs` writes as the OU.
+    """
+
+    name: str
+    role: str
+
+
+def cert_role(cert: x509.Certificate) -> str:
+    """The role a certificate carries, "" when it has none."""
+    units = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    return str(units[0].value) if units else ""
+
+
+def caller_identity(context: grpc.ServicerContext) -> Identity | None:
+    """The identity of the call's TLS client certificate, None on a plaintext call."""
+    pem = context.auth_context().get("x509_pem_cert")
+    if not pem:
+        return None
+    cert = x509.load_pem_x509_certificate(bytes(pem[0]))
+    return Identity(cert_names(cert).common_name, cert_role(cert))
+
+
 def caller_common_name(context: grpc.ServicerContext) -> str | None:
     """Common name of the TLS client certificate of the call, None on a plaintext call."""
-    auth = context.auth_context()
-    names = auth.get("x509_common_name")
-    if not names:
-        return None
-    return bytes(names[0]).decode("utf-8", errors="replace")
+    identity = caller_identity(context)
+    return None if identity is None else identity.name
 
 
 def _split_address(address: str) -> tuple[str, int]:

@@ -35,6 +35,10 @@ def _extend_profiles(parties: Path) -> None:
         _write_csv(parties / party / "data" / "h_train.csv", header, rows)
         with (parties / party / "party.toml").open("a") as f:
             f.write('\n[datasets.h-train]\npath = "data/h_train.csv"\nid_column = "id"\n')
+    # bob's policy keeps one dataset out of every job.
+    toml = parties / "bob" / "party.toml"
+    allowed = '["bc-train", "bc-test", "bc-train-positional", "bc-train-copy", "h-train"]'
+    toml.write_text(toml.read_text().replace('datasets = "*"', f"datasets = {allowed}"))
     shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "copy.csv")
     with (parties / "bob" / "party.toml").open("a") as f:
         f.write('\n[datasets.bc-train-copy]\npath = "data/copy.csv"\nid_column = "id"\n')

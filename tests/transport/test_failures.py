@@ -92,3 +92,13 @@ def test_sessions_run_one_after_another_in_one_process(tmp_path: Path) -> None:
     for r in results:
         assert r.ok, r.traceback
         assert len(r.value) == 2
+
+
+def test_peer_with_a_certificate_of_another_role_is_refused(tmp_path: Path) -> None:
+    specs = party_specs(tmp_path, 2, SMOKE, session_kwargs={"connect_timeout": 10.0})
+    ca_dir = tmp_path / "pki"
+    issued = certs.issue(ca_dir, "party1", role="client", sans=("127.0.0.1",), out=tmp_path / "c")
+    specs[1].tls = {"ca": str(ca_dir / "ca.pem"), "cert": str(issued.cert), "key": str(issued.key)}
+    results = run_specs(tmp_path, specs, timeout=90)
+    for result in results:
+        _assert_failed(result, "has role 'client'", "only a 'party' certificate")

@@ -102,7 +102,7 @@ class PartyStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key")
+    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings")
     class StateTimesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class JobStatus(_message.Message):
     PARTIES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: JobState
@@ -141,7 +142,8 @@ class JobStatus(_message.Message):
     parties: _containers.RepeatedScalarFieldContainer[str]
     metrics: _containers.ScalarMap[str, float]
     idempotency_key: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("seq", "at", "kind", "round", "state", "metrics", "message", "total_rounds")
@@ -244,14 +246,26 @@ class AttachRequest(_message.Message):
     def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("start", "go", "stop")
+    __slots__ = ("start", "go", "stop", "vet")
     START_FIELD_NUMBER: _ClassVar[int]
     GO_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    VET_FIELD_NUMBER: _ClassVar[int]
     start: StartJob
     go: GoRound
     stop: StopJob
-    def __init__(self, start: _Optional[_Union[StartJob, _Mapping]] = ..., go: _Optional[_Union[GoRound, _Mapping]] = ..., stop: _Optional[_Union[StopJob, _Mapping]] = ...) -> None: ...
+    vet: VetJob
+    def __init__(self, start: _Optional[_Union[StartJob, _Mapping]] = ..., go: _Optional[_Union[GoRound, _Mapping]] = ..., stop: _Optional[_Union[StopJob, _Mapping]] = ..., vet: _Optional[_Union[VetJob, _Mapping]] = ...) -> None: ...
+
+class VetJob(_message.Message):
+    __slots__ = ("request_id", "spec", "submitter")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    spec: _job_pb2.JobSpec
+    submitter: str
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., submitter: _Optional[str] = ...) -> None: ...
 
 class StartJob(_message.Message):
     __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds")
@@ -304,20 +318,32 @@ class HeartbeatResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerReport(_message.Message):
-    __slots__ = ("job_id", "party", "ready", "done", "finished", "failed")
+    __slots__ = ("job_id", "party", "ready", "done", "finished", "failed", "verdict")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PARTY_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     party: str
     ready: Ready
     done: RoundDone
     finished: Finished
     failed: Failure
-    def __init__(self, job_id: _Optional[str] = ..., party: _Optional[str] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., done: _Optional[_Union[RoundDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...
+    verdict: Verdict
+    def __init__(self, job_id: _Optional[str] = ..., party: _Optional[str] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., done: _Optional[_Union[RoundDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ...) -> None: ...
+
+class Verdict(_message.Message):
+    __slots__ = ("request_id", "allowed", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    allowed: bool
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., allowed: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Ready(_message.Message):
     __slots__ = ("rows",)

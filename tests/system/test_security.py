@@ -1,0 +1,180 @@
+"""Identity and policy on every control channel, against the live coordinator and parties.
+
+Each refusal comes with a message saying why: the client refuses a bad certificate of its own
+before connecting, and the coordinator refuses the same certificate when that check is skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from torch import nn
+
+from mpcml.api.client import Client, ClientError
+from mpcml.api.job import Job
+from mpcml.demo import models
+from mpcml.demo.cluster import LocalCluster
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.security import certs
+from mpcml.transport.serving import channel
+from mpcml.transport.tls import TLSFiles
+
+TRAIN = {
+    "features": {"alice": "bc-train", "bob": "bc-train"},
+    "labels": {"carol": "bc-train-labels"},
+    "align_on": "id",
+}
+
+
+def _tls(cluster: LocalCluster, name: str, ca_dir: Path | None = None) -> TLSFiles:
+    ca_dir = ca_dir or cluster.certs
+    return TLSFiles(cluster.certs / "ca.pem", ca_dir / f"{name}.pem", ca_dir / f"{name}.key")
+
+
+def _raw_call(cluster: LocalCluster, tls: TLSFiles) -> grpc.RpcError:
+    """ListJobs with `tls` and no client-side checks; returns the error the coordinator gave."""
+    with channel(cluster.coordinator_address, tls, "coordinator") as ch:
+        try:
+            cgrpc.CoordinatorStub(ch).ListJobs(cpb.ListJobsRequest(), timeout=10)
+        except grpc.RpcError as exc:
+            return exc
+    raise AssertionError("the coordinator answered")
+
+
+def test_a_party_certificate_cannot_submit_jobs(cluster: LocalCluster) -> None:
+    with pytest.raises(ValueError, match="has role 'party'; this needs a 'client' certificate"):
+        Client(cluster.coordinator_address, _tls(cluster, "alice"))
+    error = _raw_call(cluster, _tls(cluster, "alice"))
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "certificate 'alice' has role 'party'" in (error.details() or "")
+
+
+def test_a_party_cannot_register_under_another_partys_name(cluster: LocalCluster) -> None:
+    with channel(cluster.coordinator_address, _tls(cluster, "bob"), "coordinator") as ch:
+        stream = cgrpc.PartyControlStub(ch).Attach(
+            cpb.AttachRequest(party="alice", data_address="127.0.0.1:1"), timeout=10
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            next(iter(stream))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "certificate names 'bob', the request claims 'alice'" in (info.value.details() or "")
+
+
+def test_a_certificate_from_another_ca_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
+    certs.init_ca(tmp_path, name="rogue-ca")
+    certs.issue(tmp_path, "analyst", role="client")
+    rogue = _tls(cluster, "analyst", tmp_path)
+    with pytest.raises(ValueError, match="is not issued by the CA"):
+        Client(cluster.coordinator_address, rogue)
+    assert _raw_call(cluster, rogue).code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_expired_certificate_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+    certs.issue(
+        cluster.certs, "old-analyst", role="client", days=1, not_before=long_ago, out=tmp_path
+    )
+    old = _tls(cluster, "old-analyst", tmp_path)
+    with pytest.raises(ValueError, match="expired on"):
+        Client(cluster.coordinator_address, old)
+    assert _raw_call(cluster, old).code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    certs.issue(cluster.certs, "eve", role="client", out=tmp_path)
+    eve = Client(cluster.coordinator_address, _tls(cluster, "eve", tmp_path))
+    logs = {p: (cluster.logs / f"{p}.log").read_text().count("worker") for p in cluster.parties}
+    before = len(client.jobs())
+    refused = {
+        "policy.submitters does not list 'eve'": (
+            eve,
+            Job.train(model=models.LogisticRegression(), **TRAIN),  # type: ignore[arg-type]
+        ),
+        "party 'bob' refuses the job: policy.datasets does not allow 'bc-test-positional'": (
+            client,
+            Job.infer(
+                from_job="",
+                model=models.LogisticRegression(),
+                weights={"bob": "digits-mlp"},
+                features={"alice": "bc-test", "bob": "bc-test-positional"},
+            ),
+        ),
+        "party 'alice' refuses the job: the job would reveal this party's raw inputs": (
+            client,
+            Job.infer(
+                model=nn.Sequential(nn.Flatten()),
+                weights={"bob": "digits-mlp"},
+                features={"alice": "bc-test"},
+                reveal={"predictions": ["bob"]},
+            ),
+        ),
+    }
+    for message, (who, job) in refused.items():
+        with pytest.raises(ClientError) as info:
+            who.submit(job)
+        if info.value.code.name == "INVALID_ARGUMENT":
+            pytest.fail(f"refused for another reason: {info.value.message}")
+        assert info.value.code == grpc.StatusCode.PERMISSION_DENIED, info.value
+        assert message in info.value.message, info.value.message
+    assert len(client.jobs()) == before
+    assert logs == {
+        p: (cluster.logs / f"{p}.log").read_text().count("worker") for p in cluster.parties
+    }
+
+
+def test_every_job_status_warns_while_the_provider_is_insecure(client: Client) -> None:
+    job = client.submit(
+        Job.infer(
+            model=models.DigitsMLP(),
+            weights={"bob": "digits-mlp"},
+            features={"alice": "digits-test"},
+            reveal={"predictions": ["alice"]},
+        )
+    )
+    assert any("TFP" in w for w in job.status().warnings)
+    job.wait(timeout=120)
+
+
+def test_insecure_daemons_say_so_on_start(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('listen = "127.0.0.1:0"\ndatabase = "c.db"\n')
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpcml.cli.main",
+            "coordinator",
+            "--config",
+            str(config),
+            "--insecure",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert daemon.stderr is not None
+        first = daemon.stderr.readline()
+        assert "WARNING: --insecure: plaintext gRPC with no authentication" in first
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+def test_certs_show_prints_name_role_sans_and_expiry(cluster: LocalCluster) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mpcml.cli.main", "certs", "show", str(cluster.certs / "bob.pem")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    for fragment in ("name:    bob", "role:    party", "127.0.0.1", "valid for"):
+        assert fragment in out.stdout
