@@ -34,6 +34,7 @@ proto: install
 bench: install
 	$(PY) bench/transport.py
 	$(PY) bench/failure_detection.py
+	$(PY) bench/prg.py
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
 # and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).

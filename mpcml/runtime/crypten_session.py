@@ -22,6 +22,7 @@ compat.apply()
 import crypten  # noqa: E402  (after the shims)
 import crypten.communicator as crypten_comm  # noqa: E402
 
+from mpcml.runtime import prg  # noqa: E402
 from mpcml.transport import options  # noqa: E402
 from mpcml.transport.communicator import GrpcCommunicator  # noqa: E402
 from mpcml.transport.errors import TransportError  # noqa: E402
@@ -138,6 +139,7 @@ def session(
     GrpcCommunicator.pending = transport
     try:
         try:
+            prg.install()  # share randomness from ChaCha20, keys exchanged over mTLS
             crypten.init(party_name=names[rank], device=device)
         except BaseException as exc:
             transport.abort(f"CrypTen failed to start: {exc}")

@@ -1,0 +1,70 @@
+"""ChaCha20 for share randomness: RFC 8439's vector, the `cryptography` implementation, the same
+stream on CPU and CUDA, and CrypTen really drawing from it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from mpcml.runtime.prg import ChaChaStream, keystream_openssl, keystream_torch
+from tests.support.parties import run_session
+
+# RFC 8439, 2.3.2: key 00..1f, nonce 00:00:00:09:00:00:00:4a:00:00:00:00, block counter 1.
+RFC_KEY = bytes(range(32))
+RFC_NONCE = bytes.fromhex("000000090000004a00000000")
+RFC_BLOCK = bytes.fromhex(
+    "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
+    "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"
+)
+
+
+def test_rfc8439_block_vector() -> None:
+    assert keystream_torch(RFC_KEY, RFC_NONCE, 64, counter=1).numpy().tobytes() == RFC_BLOCK
+    assert keystream_openssl(RFC_KEY, RFC_NONCE, 64, counter=1) == RFC_BLOCK
+
+
+@pytest.mark.parametrize("nbytes", [1, 63, 64, 65, 4096 + 7, 1 << 20])
+def test_torch_kernel_matches_the_cryptography_package(nbytes: int) -> None:
+    key, nonce = os.urandom(32), os.urandom(12)
+    counter = int.from_bytes(os.urandom(2), "little")
+    expected = keystream_openssl(key, nonce, nbytes, counter)
+    assert keystream_torch(key, nonce, nbytes, counter).numpy().tobytes() == expected
+
+
+def test_a_stream_is_its_key_and_its_draw_count() -> None:
+    key = os.urandom(32)
+    a, b = ChaChaStream(key), ChaChaStream(key)
+    first = [a.ring((3, 5)) for _ in range(3)]
+    assert all(torch.equal(x, b.ring((3, 5))) for x in first)
+    assert not torch.equal(first[0], first[1])
+    assert a.draws == 3 and key.hex() not in repr(a)
+    bits = ChaChaStream(key).ring((10_000,), bitlength=1)
+    assert set(bits.tolist()) == {0, 1}
+    assert not torch.equal(ChaChaStream(os.urandom(32)).ring((4,)), ChaChaStream(key).ring((4,)))
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA device on this machine: the GPU keystream is checked only where one is present",
+)
+def test_cuda_gives_the_same_stream_as_cpu() -> None:
+    key = os.urandom(32)
+    cpu, gpu = ChaChaStream(key), ChaChaStream(key)
+    for shape in [(1,), (1000, 7), (1 << 18,)]:
+        assert torch.equal(cpu.ring(shape), gpu.ring(shape, device="cuda").cpu())
+
+
+def test_crypten_draws_its_masks_from_chacha_not_from_torch(tmp_path: Path) -> None:
+    scenario = "tests.runtime.scenarios:masks_after_reseeding_torch"
+    first = run_session(tmp_path / "a", 2, scenario)
+    second = run_session(tmp_path / "b", 2, scenario)
+    for a, b in zip(first, second, strict=True):
+        assert a.ok and b.ok, a.traceback or b.traceback
+        assert bool(a.value["patched"])
+        assert torch.equal(a.value["revealed"], torch.zeros(64))
+        # Same torch seeds in both sessions, yet other masks: torch's generators are unused.
+        assert not torch.equal(a.value["share"], b.value["share"])
+        assert bool((a.value["share"] != 0).any())
