@@ -71,6 +71,16 @@ class Job:
 
     spec: jpb.JobSpec
 
+    def with_insecure_provider(self, provider: str = "tfp") -> Job:
+        """The same job on CrypTen's TFP provider instead of the dealer.
+
+        Party 0 can then recover every other party's inputs: for debugging only, and every
+        status of the job says so.
+        """
+        spec = jpb.JobSpec.FromString(self.spec.SerializeToString())
+        spec.insecure_provider = provider
+        return Job(spec)
+
     @staticmethod
     def _spec(
         task: jpb.Task,

@@ -53,6 +53,16 @@ def _coordinator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dealer(args: argparse.Namespace) -> int:
+    from mpcml.dealer.server import DealerConfig, serve
+
+    _insecure(args)
+    config = DealerConfig.load(args.config)
+    _logging("dealer")
+    serve(config, _stop_on_signals())
+    return 0
+
+
 def _party(args: argparse.Namespace) -> int:
     from mpcml.party.config import PartyConfig
     from mpcml.party.daemon import PartyDaemon
@@ -114,6 +124,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--config", required=True, help="parties/<name>/party.toml")
     c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
     c.set_defaults(run=_party)
+
+    c = sub.add_parser("dealer", help="run the dealer: correlated randomness for the parties")
+    c.add_argument("--config", required=True, help="dealer.toml")
+    c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
+    c.set_defaults(run=_dealer)
 
     c = sub.add_parser("certs", help="a small CA: make the certificates every channel uses")
     cs = c.add_subparsers(dest="certs_command", required=True)

@@ -61,8 +61,8 @@ def _caller(
 
 
 TFP_WARNING = (
-    "INSECURE: correlated randomness comes from CrypTen's TFP provider, which lets party 0 "
-    "recover the other parties' inputs (the dealer that replaces it is not built yet)"
+    "INSECURE: insecure_provider = 'tfp': correlated randomness comes from CrypTen's TFP "
+    "provider, which lets party 0 recover the other parties' inputs"
 )
 PLAINTEXT_WARNING = "INSECURE: the coordinator runs without TLS or authentication (--insecure)"
 
@@ -80,7 +80,10 @@ def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
         task=spec.task,
         parties=parties_in_order(spec),
         idempotency_key=job.idempotency_key,
-        warnings=[TFP_WARNING, *([PLAINTEXT_WARNING] if insecure else [])],
+        warnings=[
+            *([TFP_WARNING] if spec.insecure_provider == "tfp" else []),
+            *([PLAINTEXT_WARNING] if insecure else []),
+        ],
     )
     status.state_times.update(job.state_times)
     for event in events:

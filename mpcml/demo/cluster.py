@@ -61,10 +61,11 @@ class LocalCluster:
         self.parties_dir = parties_dir
         self.certs = workdir / "certs"
         self.logs = workdir / "logs"
-        ports = free_ports(1 + len(self.parties))
+        ports = free_ports(2 + len(self.parties))
         self.coordinator_address = f"127.0.0.1:{ports[0]}"
+        self.dealer_address = f"127.0.0.1:{ports[1]}"
         self.data_addresses = {
-            p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[1:], strict=True)
+            p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[2:], strict=True)
         }
         self.heartbeat_timeout = heartbeat_timeout
         self.roster = [*self.parties, *roster_extra]
@@ -79,6 +80,7 @@ class LocalCluster:
         certs.init_ca(self.certs)
         loopback = ("127.0.0.1", "localhost")
         certs.issue(self.certs, "coordinator", role="coordinator", sans=loopback)
+        certs.issue(self.certs, "dealer", role="dealer", sans=loopback)
         for party in self.parties:
             certs.issue(self.certs, party, role="party", sans=loopback)
         certs.issue(self.certs, CLIENT, role="client")
@@ -107,6 +109,7 @@ class LocalCluster:
         """The overrides that move a profile into this cluster."""
         return {
             "MPCML_COORDINATOR": self.coordinator_address,
+            "MPCML_DEALER": self.dealer_address,
             "MPCML_DATA_ADDRESS": self.data_addresses[party],
             "MPCML_LISTEN": self.data_addresses[party],
             "MPCML_TLS_CA": str(self.certs / "ca.pem"),
@@ -140,6 +143,15 @@ class LocalCluster:
         """Start (or restart) the coordinator process."""
         self._spawn("coordinator", ["coordinator", "--config", str(self.coordinator_config())], {})
 
+    def start_dealer(self) -> None:
+        """Start (or restart) the dealer process."""
+        path = self.workdir / "dealer.toml"
+        path.write_text(
+            f'listen = "{self.dealer_address}"\n[tls]\n'
+            'ca = "certs/ca.pem"\ncert = "certs/dealer.pem"\nkey = "certs/dealer.key"\n'
+        )
+        self._spawn("dealer", ["dealer", "--config", str(path)], {})
+
     def start_party(self, party: str) -> None:
         """Start (or restart) one party daemon from its profile."""
         config = self.parties_dir / party / "party.toml"
@@ -156,6 +168,7 @@ class LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.make_certificates()
         self.start_coordinator()
+        self.start_dealer()
         for party in self.parties:
             self.start_party(party)
         client = Client(self.coordinator_address, self.client_tls())
@@ -208,7 +221,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every process this cluster started, parties first."""
-        for name in [*self.parties, "coordinator"]:
+        for name in [*self.parties, "dealer", "coordinator"]:
             self.stop_process(name)
 
     def __enter__(self) -> LocalCluster:

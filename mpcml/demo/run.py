@@ -241,12 +241,8 @@ def main(json_output: bool = False, workdir: Path | None = None, epochs: int | N
     with _workdir(workdir) as work:
         cluster = LocalCluster(work)
         _say(
-            f"mpcml demo: coordinator and parties {', '.join(cluster.parties)} on 127.0.0.1, "
-            f"mutual TLS with a fresh CA in {cluster.certs} (logs in {cluster.logs})"
-        )
-        _say(
-            "NOT YET SECURE: correlated randomness comes from CrypTen's TFP provider, with "
-            "which party 0 can recover the others' inputs (a dealer daemon replaces it next)"
+            f"mpcml demo: coordinator, dealer and parties {', '.join(cluster.parties)} on "
+            f"127.0.0.1, mutual TLS with a fresh CA in {cluster.certs} (logs in {cluster.logs})"
         )
         try:
             with cluster, cluster.start() as client:
@@ -268,7 +264,7 @@ def main(json_output: bool = False, workdir: Path | None = None, epochs: int | N
     if json_output:
         report: dict[str, Any] = {
             "tasks": [asdict(r) for r in rows],
-            "provider": "tfp",
+            "provider": "dealer",
             "tls": True,
         }
         print(json.dumps(report))

@@ -63,7 +63,10 @@ def load(path: str | Path) -> tuple[Job, str]:
         first = errors[0]
         where = ".".join(str(p) for p in first.absolute_path) or "(top level)"
         raise JobFileError(f"{path}: {where}: {first.message}")
-    return _job(data, path.resolve().parent), str(data.get("idempotency_key", ""))
+    job = _job(data, path.resolve().parent)
+    if "insecure_provider" in data:
+        job = job.with_insecure_provider(data["insecure_provider"])
+    return job, str(data.get("idempotency_key", ""))
 
 
 def _job(data: dict[str, Any], base: Path) -> Job:

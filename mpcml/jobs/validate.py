@@ -229,6 +229,10 @@ def validate(
     roster: Collection[str] = (),
 ) -> RoundPlan:
     """Check `spec` against the registered parties; returns its round plan."""
+    if spec.insecure_provider not in ("", "tfp"):
+        raise SpecError(
+            f"insecure_provider {spec.insecure_provider!r} is not known; the only one is 'tfp'"
+        )
     if spec.task == jpb.TASK_UNSPECIFIED:
         raise SpecError("the job names no task (train, infer or evaluate)")
     if spec.split == jpb.SPLIT_UNSPECIFIED:

@@ -4,6 +4,7 @@
 name = "alice"
 data_address = "127.0.0.1:7101"   # where the other parties reach this party's job worker
 coordinator = "127.0.0.1:7000"
+dealer = "127.0.0.1:7200"          # correlated randomness (mpcml dealer)
 device = "cpu"                     # or "cuda:0"
 [tls]
 ca = "certs/ca.pem"
@@ -58,6 +59,9 @@ class PartyConfig:
     datasets: dict[str, DatasetEntry] = field(default_factory=dict)
     models: dict[str, Path] = field(default_factory=dict)
     policy: Policy = field(default_factory=Policy)
+    dealer: str = ""
+    """HOST:PORT of the dealer; jobs that use it fail without one."""
+    dealer_name: str = "dealer"
 
     @classmethod
     def load(cls, path: str | Path) -> PartyConfig:
@@ -86,6 +90,8 @@ class PartyConfig:
             datasets=datasets,
             models=models,
             policy=Policy.from_table(data.get("policy")),
+            dealer=str(data.get("dealer", "")),
+            dealer_name=str(data.get("dealer_name", "dealer")),
         )
 
     def job_state(self, job_id: str) -> Path:

@@ -12,7 +12,9 @@ import logging
 import sys
 import time
 from multiprocessing.connection import Connection
+from typing import Any
 
+from mpcml.config import ConfigError
 from mpcml.party.config import PartyConfig
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
@@ -20,6 +22,8 @@ log = logging.getLogger("mpcml.worker")
 
 KNOWN_ERRORS = (
     "DataError",
+    "ConfigError",
+    "DealerError",
     "GraphError",
     "TransportError",
     "PeerConnectError",
@@ -36,6 +40,19 @@ def _reason(exc: BaseException) -> str:
     if type(exc).__name__ in KNOWN_ERRORS:
         return str(exc)
     return f"{type(exc).__name__} in the job worker (details in the party's log)"
+
+
+def _dealer(start: cpb.StartJob, config: PartyConfig) -> Any:
+    from mpcml.dealer.provider import DealerEndpoint
+
+    if start.spec.insecure_provider == "tfp":
+        log.warning("job %s uses CrypTen's TFP provider (insecure_provider)", start.job_id)
+        return None
+    if not config.dealer:
+        raise ConfigError(
+            f'party {config.name!r} has no dealer: set `dealer = "HOST:PORT"` in its config'
+        )
+    return DealerEndpoint(config.dealer, config.dealer_name)
 
 
 class _Pipe:
@@ -79,6 +96,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             session_id=start.job_id,
             listen=config.listen,
             device=config.device,
+            dealer=_dealer(start, config),
         ) as s:
             job = JobComputation(s, start, config)
             rows = job.load()

@@ -22,6 +22,15 @@ compat.apply()
 import crypten  # noqa: E402  (after the shims)
 import crypten.communicator as crypten_comm  # noqa: E402
 
+from mpcml.dealer.provider import (  # noqa: E402
+    NAME as DEALER_PROVIDER,
+)
+from mpcml.dealer.provider import (  # noqa: E402
+    DealerClient,
+    DealerEndpoint,
+    DealerProvider,
+    register,
+)
 from mpcml.runtime import prg  # noqa: E402
 from mpcml.transport import options  # noqa: E402
 from mpcml.transport.communicator import GrpcCommunicator  # noqa: E402
@@ -88,6 +97,19 @@ def _validate(
     return names
 
 
+def _select_provider(dealer: DealerEndpoint | None, session_id: str) -> None:
+    if dealer is None:
+        log.warning(
+            "session %r uses CrypTen's TFP provider: INSECURE, party 0 can recover the other "
+            "parties' inputs; give a dealer for anything but debugging",
+            session_id,
+        )
+        crypten.cfg.mpc.provider = "TFP"
+        return
+    register()
+    crypten.cfg.mpc.provider = DEALER_PROVIDER
+
+
 @contextmanager
 def session(
     rank: int,
@@ -102,6 +124,7 @@ def session(
     listen: str | None = None,
     device: str | torch.device | None = None,
     chunk_bytes: int = options.CHUNK_BYTES,
+    dealer: DealerEndpoint | None = None,
 ) -> Iterator[Session]:
     """Run CrypTen as party `rank` of `world_size`, talking to the others only over gRPC.
 
@@ -110,6 +133,9 @@ def session(
     listens on `listen` (default `peers[rank]`). The block ends with CrypTen and the server shut
     down, so another session can start in the same process. Any failure of the data plane
     raises `mpcml.TransportError` naming the peer involved, on every party.
+
+    `dealer` is where correlated randomness comes from (`mpcml dealer`); without one, CrypTen's
+    TFP provider is used, which lets party 0 recover every other party's inputs.
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
     if crypten.is_initialized():
@@ -140,7 +166,14 @@ def session(
     try:
         try:
             prg.install()  # share randomness from ChaCha20, keys exchanged over mTLS
+            _select_provider(dealer, session_id)
             crypten.init(party_name=names[rank], device=device)
+            if dealer is not None:
+                try:
+                    DealerProvider.client = DealerClient(dealer, tls, session_id, rank, list(names))
+                except BaseException:
+                    crypten.uninit()
+                    raise
         except BaseException as exc:
             transport.abort(f"CrypTen failed to start: {exc}")
             raise
@@ -157,6 +190,10 @@ def session(
             transport.abort(f"its computation raised {type(exc).__name__}")
             raise
         finally:
+            if DealerProvider.client is not None:
+                DealerProvider.client.close()
+                DealerProvider.client = None
+            crypten.cfg.mpc.provider = "TFP"
             crypten.uninit()
     finally:
         GrpcCommunicator.instance = None

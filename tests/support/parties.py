@@ -11,9 +11,12 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing as mp
+import subprocess
+import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,3 +238,28 @@ def start_looping(tmp: Path, parties: Parties, specs: list[PartySpec]) -> None:
             if not proc.is_alive():
                 raise AssertionError(f"rank {rank} exited early")
         time.sleep(0.1)
+
+
+@contextmanager
+def dealer_process(tmp: Path, pki: Path) -> Iterator[str]:
+    """`mpcml dealer` as its own process with a 'dealer' certificate from `pki`; yields its
+    address and stops it afterwards."""
+    issued = certs.issue(pki, "dealer", role="dealer", sans=("127.0.0.1",), out=tmp / "dealer")
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    config = tmp / "dealer.toml"
+    config.write_text(
+        f'listen = "{address}"\n[tls]\nca = "{pki / "ca.pem"}"\n'
+        f'cert = "{issued.cert}"\nkey = "{issued.key}"\n'
+    )
+    log = (tmp / "dealer.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mpcml.cli.main", "dealer", "--config", str(config)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield address
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()

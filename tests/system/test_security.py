@@ -130,17 +130,19 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
     }
 
 
-def test_every_job_status_warns_while_the_provider_is_insecure(client: Client) -> None:
-    job = client.submit(
-        Job.infer(
-            model=models.DigitsMLP(),
-            weights={"bob": "digits-mlp"},
-            features={"alice": "digits-test"},
-            reveal={"predictions": ["alice"]},
-        )
+def test_only_jobs_on_the_insecure_provider_carry_its_warning(client: Client) -> None:
+    job = Job.infer(
+        model=models.DigitsMLP(),
+        weights={"bob": "digits-mlp"},
+        features={"alice": "digits-test"},
+        reveal={"predictions": ["alice"]},
     )
-    assert any("TFP" in w for w in job.status().warnings)
-    job.wait(timeout=120)
+    secure = client.submit(job)
+    assert not secure.status().warnings
+    assert secure.wait(timeout=120).state == cpb.COMPLETED
+    tfp = client.submit(job.with_insecure_provider("tfp"))
+    assert any("TFP" in w for w in tfp.status().warnings)
+    assert tfp.wait(timeout=120).state == cpb.COMPLETED
 
 
 def test_insecure_daemons_say_so_on_start(tmp_path: Path) -> None:

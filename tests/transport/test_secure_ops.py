@@ -8,21 +8,38 @@ from pathlib import Path
 import pytest
 import torch
 
+from mpcml.dealer.provider import DealerEndpoint
 from tests.support.check import crypten_close
-from tests.support.parties import PartyResult, run_session
+from tests.support.parties import (
+    PartyResult,
+    dealer_process,
+    party_specs,
+    run_session,
+    run_specs,
+)
 from tests.transport import scenarios
 
 OPS = sorted(scenarios.reference(2))
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2-parties", "3-parties"])
+@pytest.fixture(
+    scope="module",
+    params=[(2, "tfp"), (3, "tfp"), (2, "dealer"), (3, "dealer")],
+    ids=["2-parties-tfp", "3-parties-tfp", "2-parties-dealer", "3-parties-dealer"],
+)
 def secure_results(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[int, list[PartyResult]]:
-    world_size: int = request.param
-    results = run_session(
-        tmp_path_factory.mktemp(f"ops{world_size}"), world_size, "tests.transport.scenarios:ops"
-    )
+    world_size, provider = request.param
+    tmp = tmp_path_factory.mktemp(f"ops{world_size}{provider}")
+    if provider == "tfp":
+        results = run_session(tmp, world_size, "tests.transport.scenarios:ops")
+    else:
+        specs = party_specs(tmp, world_size, "tests.transport.scenarios:ops")
+        with dealer_process(tmp, tmp / "pki") as address:
+            for spec in specs:
+                spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
+            results = run_specs(tmp, specs, timeout=240)
     for r in results:
         assert r.ok, f"rank {r.rank} failed: {r.error_type}: {r.error}\n{r.traceback}"
     return world_size, results

@@ -109,7 +109,7 @@ class Reveal(_message.Message):
     def __init__(self, output: _Optional[_Union[Output, str]] = ..., recipients: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "task", "graph", "weights", "features", "labels", "split", "align_on", "hyper", "reveal", "parties")
+    __slots__ = ("name", "task", "graph", "weights", "features", "labels", "split", "align_on", "hyper", "reveal", "parties", "insecure_provider")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     GRAPH_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +121,7 @@ class JobSpec(_message.Message):
     HYPER_FIELD_NUMBER: _ClassVar[int]
     REVEAL_FIELD_NUMBER: _ClassVar[int]
     PARTIES_FIELD_NUMBER: _ClassVar[int]
+    INSECURE_PROVIDER_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     graph: _graph_pb2.Graph
@@ -132,4 +133,5 @@ class JobSpec(_message.Message):
     hyper: HyperParameters
     reveal: _containers.RepeatedCompositeFieldContainer[Reveal]
     parties: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., weights: _Optional[_Union[WeightSource, _Mapping]] = ..., features: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., labels: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., split: _Optional[_Union[Split, str]] = ..., align_on: _Optional[str] = ..., hyper: _Optional[_Union[HyperParameters, _Mapping]] = ..., reveal: _Optional[_Iterable[_Union[Reveal, _Mapping]]] = ..., parties: _Optional[_Iterable[str]] = ...) -> None: ...
+    insecure_provider: str
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., weights: _Optional[_Union[WeightSource, _Mapping]] = ..., features: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., labels: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., split: _Optional[_Union[Split, str]] = ..., align_on: _Optional[str] = ..., hyper: _Optional[_Union[HyperParameters, _Mapping]] = ..., reveal: _Optional[_Iterable[_Union[Reveal, _Mapping]]] = ..., parties: _Optional[_Iterable[str]] = ..., insecure_provider: _Optional[str] = ...) -> None: ...

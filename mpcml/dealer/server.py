@@ -1,0 +1,217 @@
+"""`mpcml dealer`: serves correlated randomness to the parties of each job over mutual TLS.
+
+Per job session it draws one 256-bit key per party from `os.urandom` and hands each party its
+own key once (`Open`). For every tuple rank 0 asks for, it replays every party's ChaCha20
+stream, computes the true tuple and answers with rank 0's correcting share only. It holds
+every key of a session, so it must not collude with any party (the semi-honest, non-colluding
+dealer of DESIGN.md 7); it never sees an input or an output.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import grpc
+
+from mpcml import config as cfg
+from mpcml.dealer import tuples
+from mpcml.dealer.provider import MAX_MESSAGE_BYTES
+from mpcml.proto.v1 import dealer_pb2 as pb
+from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
+from mpcml.runtime.prg import KEY_BYTES, ChaChaStream
+from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.tls import PARTY_ROLE, TLSFiles, caller_identity, check_certificate
+
+log = logging.getLogger(__name__)
+
+DEALER_ROLE = "dealer"
+MAX_ELEMENTS = 2**26
+"""Largest tuple element served (512 MiB of int64): a bigger request is RESOURCE_EXHAUSTED."""
+SESSION_IDLE_S = 3600.0
+"""A session nobody used for this long is forgotten."""
+
+
+@dataclass(frozen=True)
+class DealerConfig:
+    """What `dealer.toml` holds: `listen`, `[tls]`, `insecure`."""
+
+    listen: str
+    tls: TLSFiles | None
+
+    @classmethod
+    def load(cls, path: str | Path) -> DealerConfig:
+        """Read the file (and `MPCML_*` overrides)."""
+        data, base = cfg.load(path)
+        return cls(listen=str(cfg.need(data, "listen", base)), tls=cfg.tls_files(data, base))
+
+
+@dataclass
+class Session:
+    """One job's keys and where each stream stands."""
+
+    parties: list[str]
+    streams: list[ChaChaStream]
+    keys: list[bytes] = field(repr=False)
+    next_seq: int = 0
+    closed: set[str] = field(default_factory=set)
+    """Parties that closed; the session goes when all have (one may finish before another)."""
+    used: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable")
+
+
+class DealerService(pb_grpc.DealerServicer):
+    """The `mpcml.v1.Dealer` service."""
+
+    def __init__(self, insecure: bool = False) -> None:
+        self.insecure = insecure
+        self.sessions: dict[str, Session] = {}
+        self.tuples_served = 0
+        self._lock = threading.Lock()
+
+    def _caller(self, context: grpc.ServicerContext, expected: str) -> None:
+        identity = caller_identity(context)
+        if identity is None:
+            if not self.insecure:
+                _abort(context, grpc.StatusCode.UNAUTHENTICATED, "a client certificate is required")
+            return
+        if identity.role != PARTY_ROLE:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"certificate {identity.name!r} has role {identity.role or 'none'!r}; only "
+                f"'{PARTY_ROLE}' certificates get correlated randomness",
+            )
+        if identity.name != expected:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the caller's certificate names {identity.name!r}, the request needs {expected!r}",
+            )
+
+    def _session(self, session_id: str, context: grpc.ServicerContext) -> Session:
+        with self._lock:
+            session = self.sessions.get(session_id)
+        if session is None:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"no dealer session {session_id!r}")
+        return session
+
+    def Open(self, request: pb.OpenRequest, context: grpc.ServicerContext) -> pb.OpenReply:
+        """Join a session; returns the caller's key."""
+        parties = list(request.parties)
+        if not request.session_id or len(parties) < 2 or len(set(parties)) != len(parties):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "a session needs an id and at least two distinct parties",
+            )
+        if request.rank >= len(parties):
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"rank {request.rank} of {parties}")
+        self._caller(context, parties[request.rank])
+        with self._lock:
+            self._forget_idle()
+            session = self.sessions.get(request.session_id)
+            if session is None:
+                keys = [os.urandom(KEY_BYTES) for _ in parties]
+                session = Session(parties, [ChaChaStream(k) for k in keys], keys)
+                self.sessions[request.session_id] = session
+                log.info("session %s opened for %s", request.session_id, ", ".join(parties))
+        if session.parties != parties:
+            _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"session {request.session_id!r} has parties {session.parties}, not {parties}",
+            )
+        return pb.OpenReply(key=session.keys[request.rank])
+
+    def _forget_idle(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, v in self.sessions.items() if now - v.used > SESSION_IDLE_S]:
+            del self.sessions[sid]
+
+    def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
+        """Rank 0's correcting share of the session's next tuple."""
+        session = self._session(request.session_id, context)
+        self._caller(context, session.parties[0])
+        try:
+            size = tuples.result_size(request)
+        except tuples.TupleError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        largest = max(math.prod(request.size0), math.prod(request.size1), math.prod(size))
+        if largest > MAX_ELEMENTS:
+            _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"a tuple of {largest} elements exceeds the dealer's limit of {MAX_ELEMENTS}",
+            )
+        with session.lock:
+            if request.seq != session.next_seq:
+                _abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"session {request.session_id!r} expects tuple {session.next_seq}, "
+                    f"got {request.seq}",
+                )
+            draws = {r: tuples.draw(s, r, request) for r, s in enumerate(session.streams)}
+            share = tuples.correction(request, draws).contiguous()
+            session.next_seq += 1
+            session.used = time.monotonic()
+        with self._lock:
+            self.tuples_served += 1
+        return pb.TupleReply(shape=list(share.shape), data=share.numpy().tobytes())
+
+    def Close(self, request: pb.CloseRequest, context: grpc.ServicerContext) -> pb.CloseReply:
+        """A party is done with the session; forgotten once every party is."""
+        with self._lock:
+            session = self.sessions.get(request.session_id)
+        if session is None:
+            return pb.CloseReply()
+        identity = caller_identity(context)
+        if identity is not None and identity.name not in session.parties:
+            _abort(context, grpc.StatusCode.PERMISSION_DENIED, "not a party of the session")
+        with self._lock:
+            session.closed.add(identity.name if identity else str(len(session.closed)))
+            if len(session.closed) >= len(session.parties):
+                self.sessions.pop(request.session_id, None)
+                log.info("session %s closed", request.session_id)
+        return pb.CloseReply()
+
+
+def serve(config: DealerConfig, stop: threading.Event) -> None:
+    """Serve until `stop` is set."""
+    if config.tls is None:
+        log.warning("the dealer runs over PLAINTEXT gRPC (insecure): keys travel in the clear")
+    else:
+        check_certificate(config.tls, DEALER_ROLE)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="mpcml-dealer"),
+        options=[
+            ("grpc.max_receive_message_length", 16 * 2**20),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.max_ping_strikes", 0),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_DealerServicer_to_server(DealerService(config.tls is None), server)
+    add_health_and_reflection(server, [pb.DESCRIPTOR.services_by_name["Dealer"].full_name])
+    port = bind(server, config.listen, config.tls)
+    server.start()
+    log.info("dealer listening on %s (port %d)", config.listen, port)
+    try:
+        stop.wait()
+    finally:
+        server.stop(grace=2).wait()
+        log.info("dealer stopped")

@@ -1,0 +1,112 @@
+"""What each party draws for a tuple, and the dealer's correcting share, in one place.
+
+Every party derives its shares of a tuple from its own key's ChaCha20 stream; ranks other than
+0 draw every share, rank 0 all but the last, which the dealer computes so that the shares add
+up (or XOR up) to a correct tuple. Parties and dealer call `draw` in the same order, so their
+streams stay in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from mpcml.proto.v1 import dealer_pb2 as pb
+from mpcml.runtime.prg import ChaChaStream
+
+OPS = frozenset({"mul", "matmul", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d"})
+CONV_ARGUMENTS = frozenset({"stride", "padding", "dilation", "groups", "output_padding"})
+
+
+class TupleError(ValueError):
+    """A tuple request the dealer cannot serve; the message says why."""
+
+
+def kwargs_of(request: pb.TupleRequest) -> dict[str, Any]:
+    """The op's arguments as CrypTen passed them (ints, or tuples of ints)."""
+    out: dict[str, Any] = {}
+    for key, ints in request.kwargs.items():
+        if key not in CONV_ARGUMENTS:
+            raise TupleError(f"argument {key!r} is not one of {sorted(CONV_ARGUMENTS)}")
+        values = tuple(int(v) for v in ints.values)
+        out[key] = values[0] if len(values) == 1 else values
+    return out
+
+
+def result_size(request: pb.TupleRequest) -> torch.Size:
+    """The size of the tuple's last element."""
+    size0, size1 = torch.Size(request.size0), torch.Size(request.size1)
+    if request.kind == pb.ADDITIVE:
+        if request.op not in OPS:
+            raise TupleError(f"op {request.op!r} is not one of {sorted(OPS)}")
+        a, b = torch.empty(size0, device="meta"), torch.empty(size1, device="meta")
+        try:
+            return getattr(torch, request.op)(a, b, **kwargs_of(request)).size()  # type: ignore[no-any-return]
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise TupleError(f"{request.op} of {list(size0)} and {list(size1)}: {exc}") from None
+    if request.kind == pb.BINARY:
+        return torch.Size(torch.broadcast_shapes(size0, size1))  # type: ignore[no-untyped-call]
+    if request.kind in (pb.SQUARE, pb.WRAPS, pb.B2A):
+        return size0
+    raise TupleError(f"unknown tuple kind {request.kind}")
+
+
+def draw(
+    stream: ChaChaStream, rank: int, request: pb.TupleRequest, device: Any = None
+) -> list[torch.Tensor]:
+    """The shares `rank` draws from its stream for `request` (rank 0 lacks the last)."""
+    size0, size1 = torch.Size(request.size0), torch.Size(request.size1)
+    last = [] if rank == 0 else [stream.ring(result_size(request), device=device)]
+    if request.kind in (pb.ADDITIVE, pb.BINARY):
+        return [stream.ring(size0, device=device), stream.ring(size1, device=device), *last]
+    if request.kind in (pb.SQUARE, pb.WRAPS):
+        return [stream.ring(size0, device=device), *last]
+    if request.kind == pb.B2A:
+        return [stream.ring(size0, bitlength=1, device=device), *last]
+    raise TupleError(f"unknown tuple kind {request.kind}")
+
+
+def _count_wraps(shares: Sequence[torch.Tensor]) -> torch.Tensor:
+    # How often the sum of the int64 shares wraps around 2^64 (CrypTen's count_wraps).
+    result = torch.zeros_like(shares[0])
+    prev = shares[0]
+    for cur in shares[1:]:
+        total = cur + prev
+        result -= ((prev < 0) & (cur < 0) & (total > 0)).long()
+        result += ((prev > 0) & (cur > 0) & (total < 0)).long()
+        prev = total
+    return result
+
+
+def correction(request: pb.TupleRequest, draws: Mapping[int, list[torch.Tensor]]) -> torch.Tensor:
+    """Rank 0's last share, from every rank's draws (on the dealer)."""
+    ranks = sorted(draws)
+    others = [draws[r][-1] for r in ranks if r != 0]
+
+    def add(i: int) -> torch.Tensor:
+        return torch.stack([draws[r][i] for r in ranks]).sum(0)
+
+    def xor(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros_like(tensors[0])
+        for t in tensors:
+            out ^= t
+        return out
+
+    if request.kind == pb.ADDITIVE:
+        value: torch.Tensor = getattr(torch, request.op)(add(0), add(1), **kwargs_of(request))
+        return value - sum(others, torch.zeros_like(value))
+    if request.kind == pb.SQUARE:
+        r = add(0)
+        return r * r - sum(others, torch.zeros_like(r))
+    if request.kind == pb.BINARY:
+        a, b = xor([draws[r][0] for r in ranks]), xor([draws[r][1] for r in ranks])
+        return (a & b) ^ xor([torch.zeros_like(a & b), *others])
+    if request.kind == pb.WRAPS:
+        theta = _count_wraps([draws[r][0] for r in ranks])
+        return theta - sum(others, torch.zeros_like(theta))
+    if request.kind == pb.B2A:
+        bit = xor([draws[r][0] for r in ranks])
+        return bit - sum(others, torch.zeros_like(bit))
+    raise TupleError(f"unknown tuple kind {request.kind}")
