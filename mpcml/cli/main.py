@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -11,17 +10,10 @@ import threading
 from pathlib import Path
 
 import mpcml
+from mpcml import logs
 from mpcml.cli import jobs
 
 EXIT_BAD_INPUT = 2
-
-
-def _logging(role: str) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)s [{role}] %(name)s: %(message)s",
-    )
 
 
 def _stop_on_signals() -> threading.Event:
@@ -37,7 +29,9 @@ INSECURE_BANNER = (
 )
 
 
-def _insecure(args: argparse.Namespace) -> None:
+def _daemon_start(args: argparse.Namespace) -> None:
+    """What every daemon does before it loads its config: the insecure banner, the log level."""
+    logs.level_name(args.log_level)  # a bad level fails before anything starts
     if args.insecure:
         os.environ["MPCML_INSECURE"] = "true"
         print(INSECURE_BANNER, file=sys.stderr, flush=True)
@@ -46,9 +40,9 @@ def _insecure(args: argparse.Namespace) -> None:
 def _coordinator(args: argparse.Namespace) -> int:
     from mpcml.coordinator.server import CoordinatorConfig, serve
 
-    _insecure(args)
+    _daemon_start(args)
     config = CoordinatorConfig.load(args.config)
-    _logging("coordinator")
+    logs.configure("coordinator", args.log_level)
     serve(config, _stop_on_signals())
     return 0
 
@@ -56,9 +50,9 @@ def _coordinator(args: argparse.Namespace) -> int:
 def _dealer(args: argparse.Namespace) -> int:
     from mpcml.dealer.server import DealerConfig, serve
 
-    _insecure(args)
+    _daemon_start(args)
     config = DealerConfig.load(args.config)
-    _logging("dealer")
+    logs.configure("dealer", args.log_level)
     serve(config, _stop_on_signals())
     return 0
 
@@ -67,9 +61,9 @@ def _party(args: argparse.Namespace) -> int:
     from mpcml.party.config import PartyConfig
     from mpcml.party.daemon import PartyDaemon
 
-    _insecure(args)
+    _daemon_start(args)
     config = PartyConfig.load(args.config)
-    _logging(config.name)
+    logs.configure(config.name, args.log_level)
     daemon = PartyDaemon(config)
     stop = _stop_on_signals()
 
@@ -115,20 +109,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"mpcml {mpcml.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("coordinator", help="run the coordinator")
-    c.add_argument("--config", required=True, help="coordinator.toml")
-    c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
-    c.set_defaults(run=_coordinator)
-
-    c = sub.add_parser("party", help="run a party daemon")
-    c.add_argument("--config", required=True, help="parties/<name>/party.toml")
-    c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
-    c.set_defaults(run=_party)
-
-    c = sub.add_parser("dealer", help="run the dealer: correlated randomness for the parties")
-    c.add_argument("--config", required=True, help="dealer.toml")
-    c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
-    c.set_defaults(run=_dealer)
+    daemons = [
+        ("coordinator", "run the coordinator", "coordinator.toml", _coordinator),
+        ("party", "run a party daemon", "parties/<name>/party.toml", _party),
+        ("dealer", "run the dealer: correlated randomness for the parties", "dealer.toml", _dealer),
+    ]
+    for name, help, config, run in daemons:
+        c = sub.add_parser(name, help=help)
+        c.add_argument("--config", required=True, help=config)
+        c.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
+        c.add_argument(
+            "--log-level",
+            choices=logs.LEVELS,
+            default=None,
+            help=f"default: ${logs.ENV}, else info (job workers log at the same level)",
+        )
+        c.set_defaults(run=run)
 
     c = sub.add_parser("certs", help="a small CA: make the certificates every channel uses")
     cs = c.add_subparsers(dest="certs_command", required=True)

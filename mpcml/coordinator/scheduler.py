@@ -407,6 +407,7 @@ class Scheduler:
         run.round, run.done, run.round_started = round, {}, time.monotonic()
         self.store.set_round(run.job_id, round)
         self._event(run.job_id, "round_started", round, total_rounds=run.total_rounds)
+        log.debug("job %s: round %d of %d", run.job_id, round, run.total_rounds)
         for name in run.parties:
             self._parties[name].assignments.put(
                 cpb.Assignment(go=cpb.GoRound(job_id=run.job_id, round=round))

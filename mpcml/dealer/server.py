@@ -61,6 +61,7 @@ class Session:
     streams: list[ChaChaStream]
     keys: list[bytes] = field(repr=False)
     next_seq: int = 0
+    bytes_served: int = 0
     closed: set[str] = field(default_factory=set)
     """Parties that closed; the session goes when all have (one may finish before another)."""
     used: float = field(default_factory=time.monotonic)
@@ -78,7 +79,6 @@ class DealerService(pb_grpc.DealerServicer):
     def __init__(self, insecure: bool = False) -> None:
         self.insecure = insecure
         self.sessions: dict[str, Session] = {}
-        self.tuples_served = 0
         self._lock = threading.Lock()
 
     def _caller(self, context: grpc.ServicerContext, expected: str) -> None:
@@ -167,10 +167,20 @@ class DealerService(pb_grpc.DealerServicer):
             draws = {r: tuples.draw(s, r, request) for r, s in enumerate(session.streams)}
             share = tuples.correction(request, draws).contiguous()
             session.next_seq += 1
+            log.debug(
+                "session %s tuple %d: %s %s of %s and %s",
+                request.session_id,
+                request.seq,
+                pb.TupleKind.Name(request.kind),
+                request.op or "-",
+                list(request.size0),
+                list(request.size1),
+            )
             session.used = time.monotonic()
-        with self._lock:
-            self.tuples_served += 1
-        return pb.TupleReply(shape=list(share.shape), data=share.numpy().tobytes())
+        reply = pb.TupleReply(shape=list(share.shape), data=share.numpy().tobytes())
+        with session.lock:
+            session.bytes_served += reply.ByteSize()
+        return reply
 
     def Close(self, request: pb.CloseRequest, context: grpc.ServicerContext) -> pb.CloseReply:
         """A party is done with the session; forgotten once every party is."""
@@ -185,7 +195,12 @@ class DealerService(pb_grpc.DealerServicer):
             session.closed.add(identity.name if identity else str(len(session.closed)))
             if len(session.closed) >= len(session.parties):
                 self.sessions.pop(request.session_id, None)
-                log.info("session %s closed", request.session_id)
+                log.info(
+                    "session %s closed: %d tuples, %d bytes served",
+                    request.session_id,
+                    session.next_seq,
+                    session.bytes_served,
+                )
         return pb.CloseReply()
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from mpcml import logs
 from mpcml.api.client import Client
 from mpcml.security import certs
 from mpcml.transport.tls import TLSFiles
@@ -55,6 +56,7 @@ class LocalCluster:
         parties_dir: Path = PARTIES_DIR,
         heartbeat_timeout: float = 15.0,
         roster_extra: Sequence[str] = (),
+        log_level: str = "info",
     ) -> None:
         self.workdir = workdir
         self.parties = list(parties)
@@ -68,6 +70,7 @@ class LocalCluster:
             p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[2:], strict=True)
         }
         self.heartbeat_timeout = heartbeat_timeout
+        self.log_level = log_level
         self.roster = [*self.parties, *roster_extra]
         """Parties the coordinator accepts; `roster_extra` ones are known but never started."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -133,7 +136,7 @@ class LocalCluster:
             [sys.executable, "-m", "mpcml.cli.main", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**clean, **env, "PYTHONUNBUFFERED": "1"},
+            env={**clean, **env, "PYTHONUNBUFFERED": "1", logs.ENV: self.log_level},
             cwd=self.workdir,
             start_new_session=True,  # its job workers share its process group
         )

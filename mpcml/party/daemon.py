@@ -132,6 +132,10 @@ class PartyDaemon:
 
     def _handle(self, assignment: cpb.Assignment) -> None:
         kind = assignment.WhichOneof("kind")
+        message = getattr(assignment, kind)
+        log.debug(
+            "assignment %s for %s", kind, message.request_id if kind == "vet" else message.job_id
+        )
         if kind == "start":
             self._start(assignment.start)
         elif kind == "go":

@@ -14,6 +14,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from mpcml import logs
 from mpcml.config import ConfigError
 from mpcml.party.config import PartyConfig
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -68,16 +69,18 @@ class _Pipe:
             message = cpb.Assignment.FromString(self.conn.recv_bytes())
             if message.WhichOneof("kind") == "go" and message.go.round == round:
                 return
-            log.warning("worker ignores an unexpected message: %s", message)
+            log.warning("worker ignores an unexpected %s message", message.WhichOneof("kind"))
+
+
+def _stats(job: Any) -> dict[str, int]:
+    """The traffic counters every RoundDone and Finished carries."""
+    sent, rounds = job.stats()
+    return {"bytes_sent": sent, "communication_rounds": rounds}
 
 
 def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
     """Entry point of the spawned worker process."""
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)s [{config.name} worker] %(name)s: %(message)s",
-    )
+    logs.configure(f"{config.name} worker")
     start = cpb.StartJob.FromString(start_bytes)
     pipe = _Pipe(conn, start.job_id, config.name)
     round = 0
@@ -105,26 +108,14 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                 pipe.wait_go(round)
                 began = time.monotonic()
                 shares = job.run_round(round)
-                sent, rounds = job.stats()
+                seconds = time.monotonic() - began
+                stats = _stats(job)
+                log.debug("job %s round %d done in %.2f s: %s", start.job_id, round, seconds, stats)
                 pipe.send(
-                    done=cpb.RoundDone(
-                        round=round,
-                        metric_shares=shares,
-                        bytes_sent=sent,
-                        communication_rounds=rounds,
-                        seconds=time.monotonic() - began,
-                    )
+                    done=cpb.RoundDone(round=round, metric_shares=shares, seconds=seconds, **stats)
                 )
             outputs, shares = job.finish()
-            sent, rounds = job.stats()
-            pipe.send(
-                finished=cpb.Finished(
-                    outputs=outputs,
-                    metric_shares=shares,
-                    bytes_sent=sent,
-                    communication_rounds=rounds,
-                )
-            )
+            pipe.send(finished=cpb.Finished(outputs=outputs, metric_shares=shares, **_stats(job)))
     except (EOFError, BrokenPipeError):
         log.warning("job %s: the party daemon went away; the worker stops", start.job_id)
         sys.exit(1)

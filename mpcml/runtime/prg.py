@@ -15,12 +15,15 @@ through `cryptography`) and on CUDA (the torch kernel below).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
 
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
 _MASK = 0xFFFFFFFF
@@ -229,6 +232,11 @@ def _setup_prng() -> None:
         "local": _key_tensor(os.urandom(KEY_BYTES)),
         "global": global_key,
     }
+    log.debug(
+        "ChaCha20 keys drawn; next and previous keys exchanged with ranks %d and %d",
+        (rank + 1) % world,
+        (rank - 1) % world,
+    )
     _STREAMS.clear()
     for name, key in keys.items():
         stream = ChaChaStream(key.numpy().tobytes())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import multiprocessing as mp
 import subprocess
 import sys
@@ -60,6 +61,8 @@ def _party_main(spec: PartySpec) -> None:
 
     tls = mpcml.TLSFiles(**spec.tls) if spec.tls is not None else None
     out = Path(spec.out)
+    # Everything any library logs, at every level, for the tests that read it (rankN.log).
+    logging.basicConfig(level=logging.DEBUG, filename=out.with_suffix(".log"), force=True)
     started = time.monotonic()
     try:
         module_name, _, func_name = spec.scenario.rpartition(":")
@@ -241,9 +244,9 @@ def start_looping(tmp: Path, parties: Parties, specs: list[PartySpec]) -> None:
 
 
 @contextmanager
-def dealer_process(tmp: Path, pki: Path) -> Iterator[str]:
+def dealer_process(tmp: Path, pki: Path, log_level: str = "debug") -> Iterator[str]:
     """`mpcml dealer` as its own process with a 'dealer' certificate from `pki`; yields its
-    address and stops it afterwards."""
+    address and stops it afterwards. It logs to `tmp/dealer.log`."""
     issued = certs.issue(pki, "dealer", role="dealer", sans=("127.0.0.1",), out=tmp / "dealer")
     address = f"127.0.0.1:{free_ports(1)[0]}"
     config = tmp / "dealer.toml"
@@ -252,8 +255,9 @@ def dealer_process(tmp: Path, pki: Path) -> Iterator[str]:
         f'cert = "{issued.cert}"\nkey = "{issued.key}"\n'
     )
     log = (tmp / "dealer.log").open("wb")
+    command = [sys.executable, "-m", "mpcml.cli.main", "dealer", "--config", str(config)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "mpcml.cli.main", "dealer", "--config", str(config)],
+        [*command, "--log-level", log_level],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -52,7 +52,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         PARTIES_DIR, parties, ignore=shutil.ignore_patterns("state", "results", "certs")
     )
     _extend_profiles(parties)
-    with LocalCluster(root / "run", parties_dir=parties, roster_extra=["dave"]) as c:
+    with LocalCluster(
+        root / "run", parties_dir=parties, roster_extra=["dave"], log_level="debug"
+    ) as c:
         c.start()
         yield c
 

@@ -164,3 +164,18 @@ def test_bad_input_exits_2_with_a_message(cluster: LocalCluster, tmp_path: Path)
     assert missing.returncode == 2 and "no job" in missing.stderr
     nofile = mpcml(cluster, "job", "submit", str(tmp_path / "absent.toml"))
     assert nofile.returncode == 2 and "cannot read the job file" in nofile.stderr
+
+
+def test_a_bad_log_level_exits_2_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "dealer.toml"
+    config.write_text('listen = "127.0.0.1:0"\ninsecure = true\n')
+    command = [sys.executable, "-m", "mpcml.cli.main", "dealer", "--config", str(config)]
+    flag = subprocess.run(
+        [*command, "--log-level", "loud"], capture_output=True, text=True, timeout=60
+    )
+    assert flag.returncode == 2 and "invalid choice: 'loud'" in flag.stderr, flag.stderr
+    env = {**os.environ, "MPCML_LOG_LEVEL": "loud"}
+    variable = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert variable.returncode == 2, variable.stderr
+    assert "log level 'loud' is not one of debug, info, warning, error" in variable.stderr
+    assert "Traceback" not in variable.stderr

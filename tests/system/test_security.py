@@ -180,3 +180,35 @@ def test_certs_show_prints_name_role_sans_and_expiry(cluster: LocalCluster) -> N
     assert out.returncode == 0, out.stderr
     for fragment in ("name:    bob", "role:    party", "127.0.0.1", "valid for"):
         assert fragment in out.stdout
+
+
+def _data_cells(parties_dir: Path) -> set[str]:
+    """Every non-trivial value of every party's data files, as written and as Python prints it."""
+    cells: set[str] = set()
+    for path in parties_dir.glob("*/data/*.csv"):
+        for line in path.read_text().splitlines()[1:]:
+            for cell in line.split(",")[1:]:  # the ids are not secret
+                if len(cell.lstrip("-")) >= 8:
+                    cells |= {cell, repr(float(cell))}
+    return cells
+
+
+def test_no_private_key_or_data_value_in_any_log(cluster: LocalCluster, client: Client) -> None:
+    """Every process of this module's cluster logs at DEBUG; after its jobs (and one more that
+    trains on every party's data), no log carries a line of a private key or a data value."""
+    job = client.submit(Job.train(model=models.LogisticRegression(), epochs=1, **TRAIN))  # type: ignore[arg-type]
+    assert job.wait(timeout=240).state == cpb.COMPLETED
+    keys = {
+        line
+        for path in cluster.certs.glob("*.key")
+        for line in path.read_text().splitlines()
+        if not line.startswith("-----")
+    }
+    cells = _data_cells(cluster.parties_dir)
+    assert len(keys) > 20 and len(cells) > 10_000
+    logs = {p.name: p.read_text() for p in cluster.logs.glob("*.log")}
+    assert {"coordinator.log", "dealer.log", "alice.log"} <= set(logs)
+    assert " DEBUG [alice worker] " in logs["alice.log"], "workers do not log at DEBUG"
+    for name, text in logs.items():
+        found = [k for k in keys if k in text] + [c for c in cells if c in text]
+        assert not found, f"{name} carries secrets: {found[:5]}"

@@ -1,0 +1,79 @@
+"""No key, share or input in any log, at any level.
+
+Party processes log everything (the root logger at DEBUG, so CrypTen's and gRPC's loggers too)
+and the dealer runs with `--log-level debug`; the test then looks for every representation of
+each secret a party held that a log line could carry.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from mpcml.dealer.provider import DealerEndpoint
+from tests.support.parties import dealer_process, party_specs, run_specs
+
+
+def key_needles(key: torch.Tensor) -> set[str]:
+    """Hex, base64, Python bytes repr and int64 words of a 32-byte key."""
+    raw = key.numpy().tobytes()
+    words = torch.frombuffer(bytearray(raw), dtype=torch.int64).tolist()
+    return {
+        raw.hex(),
+        base64.b64encode(raw).decode()[:40],
+        base64.urlsafe_b64encode(raw).decode()[:40],
+        repr(raw)[2:42],
+        *(str(w) for w in words if abs(w) > 10**9),
+    }
+
+
+def share_needles(share: torch.Tensor) -> set[str]:
+    """The decimal of each ring element (as torch prints them); short ones could be chance."""
+    return {str(v) for v in share.flatten().tolist() if abs(v) > 10**9}
+
+
+def input_needles(values: torch.Tensor) -> set[str]:
+    """Each input value as torch and Python print it."""
+    out: set[str] = set()
+    for v in values.flatten().tolist():
+        if abs(v) > 10:  # values of several digits, so no match is a coincidence
+            out |= {f"{v:.4f}", repr(v), f"{v:.6g}"}
+    return out
+
+
+def leaks(text: str, needles: Iterable[str]) -> list[str]:
+    return sorted(n for n in needles if n in text)
+
+
+def test_no_key_share_or_input_in_any_log(tmp_path: Path) -> None:
+    specs = party_specs(tmp_path, 2, "tests.security.scenarios:secrets_of_a_session")
+    with dealer_process(tmp_path, tmp_path / "pki") as address:
+        for spec in specs:
+            spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
+        results = run_specs(tmp_path, specs, timeout=120)
+    for r in results:
+        assert r.ok, f"rank {r.rank}: {r.error_type}: {r.error}\n{r.traceback}"
+    a, b = (r.value["input"] for r in results)
+    expected = torch.stack([a * b, a @ b, (a - b).relu()])
+    assert torch.allclose(results[0].value["revealed"], expected, rtol=0.01, atol=1.0)
+
+    logs = {p.name: p.read_text() for p in [*tmp_path.glob("rank*.log"), tmp_path / "dealer.log"]}
+    assert all(" DEBUG " in logs[n] or "DEBUG:" in logs[n] for n in logs), "not logging at DEBUG"
+    assert "tuple 0: ADDITIVE mul of [8, 8] and [8, 8]" in logs["dealer.log"], "no dealer debug"
+    needles: set[str] = set()
+    for r in results:
+        for key in r.value["keys"]:
+            needles |= key_needles(key)
+        for share in r.value["shares"]:
+            needles |= share_needles(share)
+        needles |= input_needles(r.value["input"])
+    assert len(needles) > 500
+    # The search finds a secret wherever a log line would carry it.
+    key, share, value = results[1].value["keys"][0], results[1].value["shares"][0], b[0, 0]
+    for planted in (str(key.numpy().tobytes()), str(share), str(b), f"x={float(value)!r}"):
+        assert leaks(planted, needles), planted
+    for name, text in logs.items():
+        assert not leaks(text, needles), f"{name} logs secrets: {leaks(text, needles)[:5]}"
