@@ -5,7 +5,8 @@ GIL, their own sockets). The spec is plain JSON; the process writes its result a
 `spec["out"]` and exits 0, or writes the traceback and exits 1.
 
 Roles:
-- `grpc-mpc`: one party of the MPC workloads inside `mpcml.session` (gRPC, mTLS).
+- `grpc-mpc`: one party of the MPC workloads inside `mpcml.session` (gRPC, mTLS), on CrypTen's
+  TFP provider or, with `dealer` set, on mpcml's dealer.
 - `gloo-mpc`: a launcher that runs every party of the same workloads on stock CrypTen over
   torch.distributed/gloo, with CrypTen's own `run_multiprocess` (which forks the parties).
 - `grpc-tput`: one end of the two-party throughput test over CrypTen's communicator in a session.
@@ -43,6 +44,8 @@ def grpc_mpc(spec: dict[str, Any]) -> dict[str, Any]:
     from bench import workloads
 
     torch.set_num_threads(TORCH_THREADS)
+    from mpcml.dealer.provider import DealerEndpoint
+
     tls = mpcml.TLSFiles(**spec["tls"]) if spec["tls"] is not None else None
     with mpcml.session(
         rank=spec["rank"],
@@ -52,6 +55,7 @@ def grpc_mpc(spec: dict[str, Any]) -> dict[str, Any]:
         tls=tls,
         insecure=tls is None,
         session_id=spec["session_id"],
+        dealer=DealerEndpoint(spec["dealer"]) if spec.get("dealer") else None,
     ):
         return workloads.run(spec["workloads"], spec["reps"], spec["warmup"])
 

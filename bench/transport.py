@@ -1,8 +1,11 @@
 """Benchmark mpcml's gRPC data plane against stock CrypTen on gloo and against raw TCP.
 
-`make bench` runs this. It prints one table: the wall time of four 3-party CrypTen workloads
-over mpcml (gRPC, mutual TLS) and over torch.distributed/gloo, and the two-party throughput of
-1 MiB and 64 MiB tensors over mpcml against a plain TCP socket. Every party is a separate OS
+`make bench` runs this. It prints two tables. The first: the wall time of four 3-party CrypTen
+workloads over mpcml (gRPC, mutual TLS) and over torch.distributed/gloo, both on CrypTen's TFP
+provider; the same workloads on mpcml's secure defaults (the dealer, ChaCha20 shares, mTLS)
+against stock CrypTen's insecure ones (TFP, mt19937, gloo); and the two-party throughput of
+1 MiB and 64 MiB tensors over mpcml against a plain TCP socket. The second: what the dealer
+adds to the traffic, per workload and per tuple. Every party is a separate OS
 process on 127.0.0.1; process start-up and session set-up are never timed. Targets are printed
 beside the numbers (PASS/MISS) but a miss never fails the run: the numbers are what they are.
 """
@@ -30,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mpcml.demo.cluster import free_ports  # noqa: E402
-from tests.support.parties import make_pki  # noqa: E402
+from tests.support.parties import dealer_process, make_pki  # noqa: E402
 
 WORKLOADS: dict[str, str] = {
     "matmul": "matmul 256x256",
@@ -173,12 +176,26 @@ def _tls_spec(pki: dict[str, dict[str, str]] | None, name: str) -> dict[str, str
 
 
 def run_grpc_mpc(
-    tmp: Path, pki: dict[str, dict[str, str]], reps: int, warmup: int
+    tmp: Path, pki: dict[str, dict[str, str]], reps: int, warmup: int, dealer: bool = False
 ) -> dict[str, Any]:
-    """The workloads on 3 parties in `mpcml.session` over mTLS."""
+    """The workloads on 3 parties in `mpcml.session` over mTLS, on TFP or on a dealer."""
+    if dealer:
+        with dealer_process(tmp, tmp / "pki", log_level="info") as address:
+            return _grpc_mpc(tmp, "grpc-mpc-dealer", pki, reps, warmup, address)
+    return _grpc_mpc(tmp, "grpc-mpc", pki, reps, warmup, None)
+
+
+def _grpc_mpc(
+    tmp: Path,
+    label: str,
+    pki: dict[str, dict[str, str]],
+    reps: int,
+    warmup: int,
+    dealer: str | None,
+) -> dict[str, Any]:
     names = [f"party{i}" for i in range(3)]
     peers = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    with Group(tmp, "grpc-mpc") as group:
+    with Group(tmp, label) as group:
         for rank in range(3):
             group.start(
                 {
@@ -189,6 +206,7 @@ def run_grpc_mpc(
                     "peer_names": names,
                     "tls": _tls_spec(pki, names[rank]),
                     "session_id": "bench-mpc",
+                    "dealer": dealer,
                     "workloads": list(WORKLOADS),
                     "reps": reps,
                     "warmup": warmup,
@@ -220,7 +238,11 @@ def _merge(parties: list[dict[str, Any]]) -> dict[str, Any]:
         per_rep = [max(col) for col in zip(*(p["times"][name] for p in parties), strict=True)]
         times[name] = statistics.median(per_rep)
     errors = {name: max(p["errors"][name] for p in parties) for name in WORKLOADS}
-    return {"times": times, "errors": errors, "dataset": parties[0]["dataset"]}
+    traffic = {
+        name: {k: sum(p["traffic"][name][k] for p in parties) for k in parties[0]["traffic"][name]}
+        for name in WORKLOADS
+    }
+    return {"times": times, "errors": errors, "traffic": traffic, "dataset": parties[0]["dataset"]}
 
 
 def run_grpc_tput(tmp: Path, pki: dict[str, dict[str, str]] | None) -> dict[int, float]:
@@ -324,6 +346,12 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
             ratio, verdict = f"{value:.2f}", _verdict(value <= MPC_TARGET)
         target = f"<= {MPC_TARGET:.2f}"
         rows.append([f"{label}, 3 parties, gRPC+mTLS", ours, "gloo", base, ratio, target, verdict])
+    secure = results.get("grpc-mpc-dealer")
+    for key, label in WORKLOADS.items():
+        ours = f"{secure['times'][key]:.3f} s" if secure else "ERROR"
+        base = f"{gloo['times'][key]:.3f} s" if gloo else "ERROR"
+        ratio = f"{secure['times'][key] / gloo['times'][key]:.2f}" if secure and gloo else "-"
+        rows.append([f"{label}, secure defaults", ours, "insecure", base, ratio, "(info)", "-"])
     tcp = results.get("tcp-tput")
     for suite, what in TPUT_ROWS:
         ours_rates = results.get(suite)
@@ -342,6 +370,43 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _kib(nbytes: float) -> str:
+    return f"{nbytes / 1024:.0f} KiB"
+
+
+def traffic_rows(results: dict[str, Any]) -> list[list[str]]:
+    """Per workload and repetition, all parties together: bytes on each provider.
+
+    The dealer's count is serialized requests and rank 0's correcting shares.
+    """
+    rows = [
+        [
+            "workload (per repetition)",
+            "gloo TFP",
+            "gRPC TFP",
+            "gRPC dealer",
+            "tuples",
+            "dealer bytes",
+            "per tuple",
+        ]
+    ]
+    runs = [results.get(s) for s in ("gloo-mpc", "grpc-mpc", "grpc-mpc-dealer")]
+    for key, label in WORKLOADS.items():
+        cells = [_kib(r["traffic"][key]["bytes"]) if r else "ERROR" for r in runs]
+        dealer = runs[2]["traffic"][key] if runs[2] else None
+        if dealer and dealer["dealer_tuples"]:
+            per = dealer["dealer_bytes"] / dealer["dealer_tuples"]
+            cells += [
+                f"{dealer['dealer_tuples']:.0f}",
+                _kib(dealer["dealer_bytes"]),
+                f"{per:.0f} B",
+            ]
+        else:
+            cells += ["-", "-", "-"]
+        rows.append([label, *cells])
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per workload")
@@ -351,8 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         default=None,
         metavar="SUITE",
-        help="run only these suites (grpc-mpc gloo-mpc grpc-tput-tls "
-        "grpc-tput-plain gloo-tput tcp-tput)",
+        help="run only these suites (grpc-mpc grpc-mpc-dealer gloo-mpc grpc-tput-tls "
+        "grpc-tput-plain gloo-tput grpc-bare-tput tcp-tput)",
     )
     args = parser.parse_args(argv)
     began = time.monotonic()
@@ -363,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pki = make_pki(tmp / "pki", [f"party{i}" for i in range(3)])
         suites: list[tuple[str, Callable[[], Any]]] = [
             ("grpc-mpc", lambda: run_grpc_mpc(tmp, pki, args.reps, args.warmup)),
+            ("grpc-mpc-dealer", lambda: run_grpc_mpc(tmp, pki, args.reps, args.warmup, True)),
             ("gloo-mpc", lambda: run_gloo_mpc(tmp, args.reps, args.warmup)),
             ("grpc-tput-tls", lambda: run_grpc_tput(tmp, pki)),
             ("grpc-tput-plain", lambda: run_grpc_tput(tmp, None)),
@@ -384,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(_table(build_rows(results)))
     print()
+    print("What the dealer adds to the traffic (bytes CrypTen counts, all parties together)")
+    print()
+    print(_table(traffic_rows(results)))
+    print()
     print(_footer(results, errors, args.reps, args.warmup, elapsed))
     return 1 if errors else 0
 
@@ -391,18 +461,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _footer(
     results: dict[str, Any], errors: dict[str, str], reps: int, warmup: int, elapsed: float
 ) -> str:
-    dataset = next((results[s]["dataset"] for s in ("grpc-mpc", "gloo-mpc") if s in results), "?")
+    suites = ("grpc-mpc", "grpc-mpc-dealer", "gloo-mpc")
+    dataset = next((results[s]["dataset"] for s in suites if s in results), "?")
     lines = [
         f"MPC: median of {reps} repetitions after {warmup} warm-up, each the slowest party's time "
         "between barriers (encryption untimed), outputs checked against plaintext PyTorch; "
-        "CrypTen defaults (TFP provider), 1 torch thread per party.",
+        "1 torch thread per party. gRPC+mTLS rows run CrypTen's TFP provider like the gloo "
+        "baseline (the transport alone); 'secure defaults' rows run mpcml's dealer and "
+        "ChaCha20 shares over mTLS against stock CrypTen (TFP, mt19937, gloo).",
+        "Traffic: per repetition of a workload, encryption and decryption included; 'dealer "
+        "bytes' is the serialized size of rank 0's requests and the correcting shares it gets "
+        "(the other ranks draw their tuples from their keys and send nothing).",
         f"Throughput: rank 0 sends {', '.join(f'{c} x {_size(n)}' for n, c, _ in TPUT_PLAN)} "
         "and waits for rank 1's 1-element ack; median of "
         f"{TPUT_PLAN[0][2]} trials after a warm-up. The bare gRPC row streams pre-built 4 MiB "
         "messages with mpcml's channel options and nothing else: gRPC-python's own ceiling.",
         f"logreg data: {dataset}; batch 32, SGD, BCE on sigmoid(Linear(30, 1)).",
     ]
-    for suite in ("grpc-mpc", "gloo-mpc"):
+    for suite in ("grpc-mpc", "grpc-mpc-dealer", "gloo-mpc"):
         if suite in results:
             bad = {k: v for k, v in results[suite]["errors"].items() if not v <= 1e-3}
             if bad:

@@ -107,17 +107,33 @@ def _err(out: Any, expected: torch.Tensor) -> float:
     return float(((out.get_plain_text() - expected).abs() > 0.05).float().mean())
 
 
+def _traffic(c: Any) -> dict[str, int]:
+    """Bytes so far on CrypTen's data plane, and what this party took from mpcml's dealer."""
+    from mpcml.dealer.provider import DealerProvider
+
+    client = DealerProvider.client
+    return {
+        "bytes": int(c.get_communication_stats()["bytes"]),
+        "dealer_tuples": client.tuples if client is not None else 0,
+        "dealer_bytes": client.wire_bytes if client is not None else 0,
+    }
+
+
 def run(names: list[str], reps: int, warmup: int) -> dict[str, Any]:
     """Time each workload `reps` times after `warmup` untimed runs; call inside a session.
 
-    Returns this party's seconds per repetition and, per workload, the share of wrong elements
-    against plaintext PyTorch (decrypting is untimed and happens once, after the last one).
+    Returns this party's seconds per repetition, per workload the share of wrong elements
+    against plaintext PyTorch (decrypting is untimed and happens once, after the last one) and
+    its traffic per repetition (`_traffic`, encryption and decryption included).
     """
     c = comm.get()
+    crypten.cfg.communicator.verbose = True  # count bytes (on gloo and gRPC alike)
     times: dict[str, list[float]] = {}
     errors: dict[str, float] = {}
+    traffic: dict[str, dict[str, float]] = {}
     for name in names:
         times[name] = []
+        before = _traffic(c)
         out: Any = None
         check: Callable[[Any], float] = _unchecked
         for i in range(warmup + reps):
@@ -131,4 +147,6 @@ def run(names: list[str], reps: int, warmup: int) -> dict[str, Any]:
             if i >= warmup:
                 times[name].append(seconds)
         errors[name] = check(out)
-    return {"times": times, "errors": errors, "dataset": dataset()[2]}
+        after = _traffic(c)
+        traffic[name] = {k: (after[k] - before[k]) / (warmup + reps) for k in after}
+    return {"times": times, "errors": errors, "traffic": traffic, "dataset": dataset()[2]}

@@ -66,6 +66,10 @@ class DealerClient:
         )
         self._stub = pb_grpc.DealerStub(self._channel)
         self._seq = 0
+        self.tuples = 0
+        """Correcting shares received (rank 0 only; the other ranks never call the dealer)."""
+        self.wire_bytes = 0
+        """Their requests' and replies' serialized size: what the dealer adds to the traffic."""
         self._lock = threading.Lock()
         reply = self._call(
             self._stub.Open,
@@ -89,6 +93,8 @@ class DealerClient:
             request.session_id, request.seq = self.session_id, self._seq
             self._seq += 1
             reply = self._call(self._stub.Correction, request, REQUEST_TIMEOUT_S)
+            self.tuples += 1
+            self.wire_bytes += request.ByteSize() + reply.ByteSize()
         tensor = torch.frombuffer(bytearray(reply.data), dtype=torch.int64).reshape(
             torch.Size(reply.shape)
         )

@@ -53,12 +53,22 @@ class Session:
     transport: Transport
 
     def communication_stats(self) -> dict[str, Any]:
-        """CrypTen's counters for this party: rounds, bytes (as CrypTen counts them), time."""
-        return dict(crypten_comm.get().get_communication_stats())
+        """CrypTen's counters for this party (rounds, bytes as CrypTen counts them, time).
+
+        Also the tuples and serialized bytes it took from the dealer (`dealer_tuples`,
+        `dealer_bytes`), zero but on rank 0.
+        """
+        stats = dict(crypten_comm.get().get_communication_stats())
+        client = DealerProvider.client
+        stats["dealer_tuples"] = client.tuples if client is not None else 0
+        stats["dealer_bytes"] = client.wire_bytes if client is not None else 0
+        return stats
 
     def reset_communication_stats(self) -> None:
-        """Zero CrypTen's counters."""
+        """Zero CrypTen's counters and the dealer's."""
         crypten_comm.get().reset_communication_stats()
+        if DealerProvider.client is not None:
+            DealerProvider.client.tuples = DealerProvider.client.wire_bytes = 0
 
 
 def _validate(
