@@ -36,7 +36,7 @@ from mpcml.transport import options  # noqa: E402
 from mpcml.transport.communicator import GrpcCommunicator  # noqa: E402
 from mpcml.transport.errors import TransportError  # noqa: E402
 from mpcml.transport.link import PeerInfo  # noqa: E402
-from mpcml.transport.tls import TLSFiles  # noqa: E402
+from mpcml.transport.tls import TLSFiles, check_certificate  # noqa: E402
 from mpcml.transport.transport import Transport  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,10 @@ def session(
     TFP provider is used, which lets party 0 recover every other party's inputs.
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
+    if tls is not None:
+        # An expired certificate, or one of another CA, fails the peers' TLS handshake, which
+        # cannot tell this party why; a wrong role the peers refuse with a message of their own.
+        check_certificate(tls, role=None)
     if crypten.is_initialized():
         raise TransportError(
             "CrypTen is already initialised in this process: one session at a time"

@@ -71,11 +71,11 @@ def cert_names(cert: x509.Certificate) -> CertNames:
     return CertNames(common_name, dns, ips)
 
 
-def check_certificate(tls: TLSFiles, role: str) -> None:
+def check_certificate(tls: TLSFiles, role: str | None) -> None:
     """Refuse, before connecting, a certificate the other side would refuse.
 
     The other side would say only "handshake failed"; here the message says why: not from our
-    CA, expired or not yet valid, or made for another role.
+    CA, expired or not yet valid, or (unless `role` is None) made for another role.
     """
     ca_pem, cert_pem, _key = tls.read()
     ca = x509.load_pem_x509_certificate(ca_pem)
@@ -98,7 +98,7 @@ def check_certificate(tls: TLSFiles, role: str) -> None:
             f"certificate {str(tls.cert)!r} ({name!r}) is not valid before "
             f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
         )
-    if cert_role(cert) != role:
+    if role is not None and cert_role(cert) != role:
         raise ValueError(
             f"certificate {str(tls.cert)!r} ({name!r}) has role {cert_role(cert) or 'none'!r}; "
             f"this needs a {role!r} certificate"

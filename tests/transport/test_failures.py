@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 from pathlib import Path
@@ -102,3 +103,25 @@ def test_peer_with_a_certificate_of_another_role_is_refused(tmp_path: Path) -> N
     results = run_specs(tmp_path, specs, timeout=90)
     for result in results:
         _assert_failed(result, "has role 'client'", "only a 'party' certificate")
+
+
+def test_an_expired_certificate_is_refused_by_its_owner_and_by_its_peers(tmp_path: Path) -> None:
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+    for attempt in ("own", "peer"):
+        tmp = tmp_path / attempt
+        specs = party_specs(tmp, 2, SMOKE, session_kwargs={"connect_timeout": 10.0})
+        issued = certs.issue(
+            tmp / "pki", "party1", sans=("127.0.0.1",), days=1, not_before=long_ago, out=tmp
+        )
+        assert specs[1].tls is not None
+        specs[1].tls = {**specs[1].tls, "cert": str(issued.cert), "key": str(issued.key)}
+        specs[1].kwargs["skip_own_certificate_check"] = attempt == "peer"
+        results = run_specs(tmp, specs, timeout=90)
+        if attempt == "own":
+            # party1 refuses its own certificate before it connects, saying why.
+            assert results[1].error_type == "ValueError", results[1].traceback
+            assert "('party1') expired on" in results[1].error
+            assert results[1].seconds < 5, "party1 should fail before connecting"
+        else:
+            # party1 presents it anyway: party0's handshake refuses it, and says why.
+            _assert_failed(results[0], "rank 1", "certificate has expired")
