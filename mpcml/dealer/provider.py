@@ -75,12 +75,18 @@ class DealerClient:
             self._stub.Open,
             pb.OpenRequest(session_id=session_id, rank=rank, parties=parties),
             timeout=30.0,
+            wait=True,
         )
         self.stream = ChaChaStream(reply.key)
 
-    def _call(self, method: Any, request: Any, timeout: float) -> Any:
+    def _call(self, method: Any, request: Any, timeout: float, wait: bool = False) -> Any:
+        """One call, its failure a DealerError naming the dealer.
+
+        `wait` waits for a dealer that is not up yet, at Open only: once the session runs, a
+        dealer that went away fails the job at once.
+        """
         try:
-            return method(request, timeout=timeout, wait_for_ready=True)
+            return method(request, timeout=timeout, wait_for_ready=wait)
         except grpc.RpcError as exc:
             raise DealerError(
                 f"the dealer at {self.endpoint.address} ({self.endpoint.name!r}) failed: "
