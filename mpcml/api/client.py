@@ -179,6 +179,21 @@ class JobHandle:
             ),
         )
 
+    def resume(self) -> cpb.JobStatus:
+        """Queue a FAILED job again, to go on from its last committed round.
+
+        Each party starts from its own checkpoint of that round; a job in any other state is
+        FAILED_PRECONDITION.
+        """
+        return cast(
+            cpb.JobStatus,
+            _call(
+                self.client.stub.ResumeJob,
+                cpb.ResumeJobRequest(job_id=self.id),
+                timeout=self.client.timeout,
+            ),
+        )
+
     def result(self) -> cpb.JobResult:
         """The public results of a COMPLETED job; raises JobError for any other state."""
         result = _call(

@@ -1,4 +1,4 @@
-"""`mpcml job ...`: submit, status, watch, cancel, result, list."""
+"""`mpcml job ...`: submit, status, watch, cancel, resume, result, list."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ def add_parsers(sub: Any) -> None:
         ("result", "a job's public results"),
     ]:
         command(name, help).add_argument("job_id")
+    p = command("resume", "run a FAILED job again from its last committed round")
+    p.add_argument("job_id")
+    p.add_argument("--watch", action="store_true", help="then watch it until it ends")
     p = command("parties", "the parties registered with the coordinator")
     p.add_argument(
         "--wait", nargs="+", metavar="NAME", help="first wait until these are registered"
@@ -176,6 +179,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         elif command == "cancel":
             status = handle.cancel()
             emit(status, _status_line(status))
+        elif command == "resume":
+            status = handle.resume()
+            emit(status, _status_line(status))
+            return watch(client, handle.id, out) if args.watch else EXIT_OK
         elif command == "result":
             result = handle.result()
             emit(result, _result_text(result))

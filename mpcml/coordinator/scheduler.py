@@ -60,6 +60,41 @@ class PartyLink:
 
 
 @dataclass
+class History:
+    """What a job's events say about its progress."""
+
+    total_rounds: int
+    committed: int = 0
+    digests: dict[str, str] = field(default_factory=dict)
+    """Each party's checkpoint digest of the committed round."""
+    resumes: int = 0
+
+
+def job_history(events: list[Event]) -> History:
+    """Rounds, the last committed one with its checkpoint digests, and resumes.
+
+    Read from the events, so that they survive a coordinator restart.
+    """
+    history = History(total_rounds=int(events[0].data["total_rounds"]) if events else 0)
+    for event in events:
+        if event.kind == "round_done":
+            history.committed = event.round
+            history.digests = dict(event.data.get("digests", {}))
+        elif event.kind == "resumed":
+            history.resumes += 1
+    return history
+
+
+def _resume_round(spec: jpb.JobSpec, history: History) -> int:
+    """The round a resumed run goes on from.
+
+    Training keeps checkpoints, so it goes on from its last committed round; other tasks keep
+    no state between rounds and run again from the start.
+    """
+    return history.committed if spec.task == jpb.TASK_TRAIN else 0
+
+
+@dataclass
 class Run:
     """A job between STARTING and its end."""
 
@@ -67,6 +102,8 @@ class Run:
     spec: jpb.JobSpec
     parties: list[str]
     total_rounds: int
+    resume_round: int = 0
+    """The committed round this run goes on from (0: from the start)."""
     round: int = 0
     round_started: float = 0.0
     ready: set[str] = field(default_factory=set)
@@ -158,6 +195,12 @@ class Scheduler:
             link = PartyLink(info, queue.Queue(), time.monotonic())
             self._parties[info.party] = link
             log.info("party %s attached from %s", info.party, info.data_address)
+            for job_id in info.running_jobs:
+                if job_id not in self._runs:  # e.g. this coordinator restarted during it
+                    reason = f"the coordinator no longer runs job {job_id}"
+                    link.assignments.put(
+                        cpb.Assignment(stop=cpb.StopJob(job_id=job_id, reason=reason))
+                    )
             self._schedule()
             return link.assignments
 
@@ -340,8 +383,10 @@ class Scheduler:
             self._start(job, spec, [link for link in links if link is not None])
 
     def _start(self, job: Job, spec: jpb.JobSpec, links: list[PartyLink]) -> None:
-        total = int(self.store.events(job.job_id)[0].data["total_rounds"])
-        run = Run(job.job_id, spec, list(spec.parties), total)
+        history = self.history(job.job_id)
+        resume = _resume_round(spec, history)
+        run = Run(job.job_id, spec, list(spec.parties), history.total_rounds, resume)
+        run.round = resume
         self._runs[job.job_id] = run
         self.store.transition(job.job_id, JobState.STARTING)
         self._event(job.job_id, "state", state=JobState.STARTING.value)
@@ -351,10 +396,48 @@ class Scheduler:
             link.assignments.put(
                 cpb.Assignment(
                     start=cpb.StartJob(
-                        job_id=job.job_id, spec=spec, rank=rank, peers=peers, total_rounds=total
+                        job_id=job.job_id,
+                        spec=spec,
+                        rank=rank,
+                        peers=peers,
+                        total_rounds=history.total_rounds,
+                        resume_round=resume,
+                        checkpoint_digest=history.digests.get(link.info.party, "")
+                        if resume
+                        else "",
+                        attempt=history.resumes,
                     )
                 )
             )
+
+    def history(self, job_id: str) -> History:
+        """The job's progress (`job_history` of its events)."""
+        return job_history(self.store.events(job_id))
+
+    def resume(self, job_id: str, caller: str) -> Job:
+        """Queue a FAILED job again, to go on from its last committed round."""
+        with self._lock:
+            job = self.job(job_id)
+            if job.submitter != caller:
+                raise SchedulerError(
+                    "PERMISSION_DENIED",
+                    f"job {job_id} was submitted by {job.submitter!r}; only they may resume it",
+                )
+            if job.state != JobState.FAILED:
+                raise SchedulerError(
+                    "FAILED_PRECONDITION",
+                    f"job {job_id} is {job.state}; only a FAILED job can be resumed",
+                )
+            history = self.history(job_id)
+            resume = _resume_round(jpb.JobSpec.FromString(job.spec), history)
+            self.store.transition(job_id, JobState.PENDING, "")
+            self._event(
+                job_id, "resumed", resume, from_round=resume, total_rounds=history.total_rounds
+            )
+            self._event(job_id, "state", resume, state=JobState.PENDING.value)
+            log.info("job %s resumed from round %d", job_id, resume)
+            self._schedule()
+            return self.store.get(job_id)
 
     # --- reports from workers ---------------------------------------------------------------
 
@@ -398,10 +481,11 @@ class Scheduler:
     def _on_ready(self, run: Run, party: str, ready: cpb.Ready) -> None:
         run.ready.add(party)
         self._event(run.job_id, "party_ready", party=party, rows=ready.rows)
-        if run.ready == set(run.parties) and run.round == 0:
+        if run.ready == set(run.parties) and run.round == run.resume_round:
             self.store.transition(run.job_id, JobState.RUNNING)
-            self._event(run.job_id, "state", state=JobState.RUNNING.value)
-            self._go(run, 1)
+            self._event(run.job_id, "state", run.round, state=JobState.RUNNING.value)
+            if run.round < run.total_rounds:  # else the workers go straight to their outputs
+                self._go(run, run.round + 1)
 
     def _go(self, run: Run, round: int) -> None:
         run.round, run.done, run.round_started = round, {}, time.monotonic()
@@ -429,6 +513,7 @@ class Scheduler:
             "round_done",
             run.round,
             metrics=metrics,
+            digests={p: d.checkpoint_digest for p, d in run.done.items()},
             seconds=time.monotonic() - run.round_started,
             total_rounds=run.total_rounds,
         )

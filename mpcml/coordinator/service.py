@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import grpc
 
-from mpcml.coordinator.scheduler import Scheduler, SchedulerError
+from mpcml.coordinator.scheduler import Scheduler, SchedulerError, job_history
 from mpcml.coordinator.store import TERMINAL, Event, Job, JobState
 from mpcml.jobs.spec import parties_in_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -86,10 +86,11 @@ def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
         ],
     )
     status.state_times.update(job.state_times)
+    history = job_history(events)
+    status.total_rounds = history.total_rounds
+    status.committed_round, status.resumes = history.committed, history.resumes
     for event in events:
-        if event.kind == "submitted":
-            status.total_rounds = int(event.data["total_rounds"])
-        elif event.kind in ("round_done", "final_metrics"):
+        if event.kind in ("round_done", "final_metrics"):
             status.metrics.clear()
             status.metrics.update(event.data.get("metrics", {}))
     return status
@@ -189,6 +190,18 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
             _abort(context, exc.code, str(exc))
         return self._status(job)
 
+    def ResumeJob(
+        self, request: cpb.ResumeJobRequest, context: grpc.ServicerContext
+    ) -> cpb.JobStatus:
+        """Queue a FAILED job again from its last committed round; only its submitter may."""
+        who = _caller(context, "", self.insecure, CLIENT_ROLE, "resume jobs")
+        job = self._job(request.job_id, context)
+        try:
+            job = self.scheduler.resume(job.job_id, who)
+        except SchedulerError as exc:
+            _abort(context, exc.code, str(exc))
+        return self._status(job)
+
     def GetResult(
         self, request: cpb.GetResultRequest, context: grpc.ServicerContext
     ) -> cpb.JobResult:
@@ -200,6 +213,9 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         for e in events:
             if e.kind == "round_done":
                 result.rounds.append(cpb.RoundMetrics(round=e.round, metrics=e.data["metrics"]))
+            elif e.kind == "resumed":  # what counts is the run that finished
+                del result.outputs[:]
+                result.bytes_sent = result.communication_rounds = 0
             elif e.kind == "party_finished":
                 result.bytes_sent += int(e.data["bytes_sent"])
                 result.communication_rounds = max(

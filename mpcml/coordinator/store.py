@@ -39,6 +39,7 @@ _NEXT = {
     JobState.PENDING: {JobState.STARTING, JobState.FAILED, JobState.CANCELLED},
     JobState.STARTING: {JobState.RUNNING, JobState.FAILED, JobState.CANCELLED},
     JobState.RUNNING: {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED},
+    JobState.FAILED: {JobState.PENDING},  # resumed from its last committed round
 }
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from mpcml.jobs.spec import (
 from mpcml.party import catalogue
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
+from mpcml.party.durable import atomic_write, read_checkpoint, remove_partial, write_checkpoint
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.runtime.crypten_session import Session
@@ -45,21 +44,6 @@ from mpcml.runtime.crypten_session import Session
 log = logging.getLogger(__name__)
 
 SHARES_FILE = "model.shares.pt"
-
-
-def atomic_write(path: Path, write: Any) -> None:
-    """Write through a temporary file, fsync and rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class JobComputation:
@@ -264,6 +248,53 @@ class JobComputation:
             if share is None or tuple(share.shape) != tuple(tensor.share.shape):
                 raise DataError(f"party {self.me!r}: the shares of job {job_id} lack {key!r}")
             tensor.share = share
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def _momentum(self) -> dict[str, Any]:
+        """The optimiser's momentum buffers by parameter name (none before the first step)."""
+        if self.optimizer is None:
+            return {}
+        state = self.optimizer.state
+        return {
+            k: state[id(t)]["momentum_buffer"]
+            for k, t in self._tensors(self.model).items()
+            if "momentum_buffer" in state.get(id(t), {})
+        }
+
+    def checkpoint(self, round: int) -> str:
+        """Write this party's shares of the training state after `round`; returns the digest.
+
+        Tasks that keep no state between rounds write nothing and return "".
+        """
+        if self.spec.task != jpb.TASK_TRAIN:
+            return ""
+        state = {
+            "job_id": self.start.job_id,
+            "rank": self.rank,
+            "round": round,
+            "shares": {k: t.share.clone() for k, t in self._tensors(self.model).items()},
+            "momentum": {k: b.share.clone() for k, b in self._momentum().items()},
+        }
+        return write_checkpoint(self.config.job_state(self.start.job_id), round, state)
+
+    def restore(self, round: int, digest: str) -> None:
+        """Load this party's checkpoint of `round` into the model and the optimiser."""
+        directory = self.config.job_state(self.start.job_id)
+        remove_partial(directory)  # what a write killed in the failed run left behind
+        saved = read_checkpoint(directory, round, digest, self.me)
+        if saved.get("rank") != self.rank or saved.get("round") != round:
+            raise DataError(
+                f"party {self.me!r}: the checkpoint of round {round} is of rank "
+                f"{saved.get('rank')} round {saved.get('round')}, not rank {self.rank}"
+            )
+        tensors = self._tensors(self.model)
+        for key, tensor in tensors.items():
+            tensor.share = saved["shares"][key]
+        for key, share in saved["momentum"].items():
+            buffer = tensors[key].clone().detach()
+            buffer.share = share
+            self.optimizer.state[id(tensors[key])]["momentum_buffer"] = buffer
 
     def _loss(self) -> Any:
         return {

@@ -96,23 +96,33 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             peer_names=[p.name for p in start.peers],
             tls=config.tls,
             insecure=config.tls is None,
-            session_id=start.job_id,
+            session_id=start.job_id if not start.attempt else f"{start.job_id}.{start.attempt}",
             listen=config.listen,
             device=config.device,
             dealer=_dealer(start, config),
         ) as s:
             job = JobComputation(s, start, config)
             rows = job.load()
+            if start.resume_round:
+                round = start.resume_round
+                job.restore(start.resume_round, start.checkpoint_digest)
             pipe.send(ready=cpb.Ready(rows=rows))
-            for round in range(1, start.total_rounds + 1):
+            for round in range(start.resume_round + 1, start.total_rounds + 1):
                 pipe.wait_go(round)
                 began = time.monotonic()
                 shares = job.run_round(round)
+                digest = job.checkpoint(round)
                 seconds = time.monotonic() - began
                 stats = _stats(job)
                 log.debug("job %s round %d done in %.2f s: %s", start.job_id, round, seconds, stats)
                 pipe.send(
-                    done=cpb.RoundDone(round=round, metric_shares=shares, seconds=seconds, **stats)
+                    done=cpb.RoundDone(
+                        round=round,
+                        metric_shares=shares,
+                        seconds=seconds,
+                        checkpoint_digest=digest,
+                        **stats,
+                    )
                 )
             outputs, shares = job.finish()
             pipe.send(finished=cpb.Finished(outputs=outputs, metric_shares=shares, **_stats(job)))

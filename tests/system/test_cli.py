@@ -160,8 +160,9 @@ def test_bad_input_exits_2_with_a_message(cluster: LocalCluster, tmp_path: Path)
         assert out.returncode == 2, (name, out.stdout, out.stderr)
         assert message in out.stderr, (name, out.stderr)
         assert "Traceback" not in out.stderr
-    missing = mpcml(cluster, "job", "status", "f" * 32)
-    assert missing.returncode == 2 and "no job" in missing.stderr
+    for command in ("status", "resume"):
+        missing = mpcml(cluster, "job", command, "f" * 32)
+        assert missing.returncode == 2 and "no job" in missing.stderr, (command, missing.stderr)
     nofile = mpcml(cluster, "job", "submit", str(tmp_path / "absent.toml"))
     assert nofile.returncode == 2 and "cannot read the job file" in nofile.stderr
 

@@ -59,6 +59,11 @@ class CoordinatorStub:
                 request_serializer=mpcml_dot_v1_dot_coordinator__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=mpcml_dot_v1_dot_coordinator__pb2.JobStatus.FromString,
                 _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/mpcml.v1.Coordinator/ResumeJob',
+                request_serializer=mpcml_dot_v1_dot_coordinator__pb2.ResumeJobRequest.SerializeToString,
+                response_deserializer=mpcml_dot_v1_dot_coordinator__pb2.JobStatus.FromString,
+                _registered_method=True)
         self.GetResult = channel.unary_unary(
                 '/mpcml.v1.Coordinator/GetResult',
                 request_serializer=mpcml_dot_v1_dot_coordinator__pb2.GetResultRequest.SerializeToString,
@@ -107,6 +112,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResumeJob(self, request, context):
+        """Run a FAILED job again from its last committed round (every party's checkpoint of it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetResult(self, request, context):
         """Public results: the final status, public metrics and where each recipient party wrote its
         outputs (the values stay at the parties).
@@ -147,6 +159,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
                     request_deserializer=mpcml_dot_v1_dot_coordinator__pb2.CancelJobRequest.FromString,
+                    response_serializer=mpcml_dot_v1_dot_coordinator__pb2.JobStatus.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=mpcml_dot_v1_dot_coordinator__pb2.ResumeJobRequest.FromString,
                     response_serializer=mpcml_dot_v1_dot_coordinator__pb2.JobStatus.SerializeToString,
             ),
             'GetResult': grpc.unary_unary_rpc_method_handler(
@@ -294,6 +311,33 @@ class Coordinator:
             target,
             '/mpcml.v1.Coordinator/CancelJob',
             mpcml_dot_v1_dot_coordinator__pb2.CancelJobRequest.SerializeToString,
+            mpcml_dot_v1_dot_coordinator__pb2.JobStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpcml.v1.Coordinator/ResumeJob',
+            mpcml_dot_v1_dot_coordinator__pb2.ResumeJobRequest.SerializeToString,
             mpcml_dot_v1_dot_coordinator__pb2.JobStatus.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,89 @@
+"""Files a party must never leave half-written: its outputs and its round checkpoints.
+
+A checkpoint holds this party's shares of a training job's state at the end of a round (the
+model's parameters and the optimiser's momentum). It never leaves the party; only its SHA-256
+goes to the coordinator with the round's DONE, and a resume checks the file against that
+digest, so a truncated or altered checkpoint is refused rather than silently trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mpcml.party.catalogue import DataError
+
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)\.pt")
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """Write through a temporary file, fsync and rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def checkpoint_path(directory: Path, round: int) -> Path:
+    """Where the checkpoint of `round` lives."""
+    return directory / f"checkpoint-{round}.pt"
+
+
+def write_checkpoint(directory: Path, round: int, state: dict[str, Any]) -> str:
+    """Write the round's checkpoint atomically; returns its SHA-256 (hex).
+
+    Checkpoints before `round - 1` are deleted: once this party is told to run round r, every
+    party has committed round r - 1, so nothing older can be resumed from.
+    """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    atomic_write(checkpoint_path(directory, round), lambda f: f.write(data))
+    for old in directory.glob("checkpoint-*.pt"):
+        match = _CHECKPOINT.fullmatch(old.name)
+        if match and int(match.group(1)) < round - 1:
+            old.unlink(missing_ok=True)
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_checkpoint(directory: Path, round: int, digest: str, party: str) -> dict[str, Any]:
+    """The checkpoint of `round`, if its SHA-256 is `digest`.
+
+    Otherwise a DataError naming the party and the round: the reason the job reports.
+    """
+    path = checkpoint_path(directory, round)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(
+            f"party {party!r} holds no checkpoint of round {round} ({path}); the job cannot resume"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise DataError(
+            f"party {party!r}: its checkpoint of round {round} ({path}) does not match the "
+            "digest committed for that round: it is truncated or was altered; the job cannot "
+            "resume from it"
+        )
+    state: dict[str, Any] = torch.load(io.BytesIO(data), weights_only=True)
+    return state
+
+
+def remove_partial(directory: Path) -> None:
+    """Delete temporary files a killed write left behind (committed checkpoints stay)."""
+    for tmp in directory.glob(".*"):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)

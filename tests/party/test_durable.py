@@ -1,0 +1,40 @@
+"""Round checkpoints on a party's own disk: digests, pruning, and leftovers of killed writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mpcml.party.catalogue import DataError
+from mpcml.party.durable import (
+    checkpoint_path,
+    read_checkpoint,
+    remove_partial,
+    write_checkpoint,
+)
+
+
+def test_a_checkpoint_reads_back_only_with_its_digest(tmp_path: Path) -> None:
+    shares = {"w": torch.arange(6).reshape(2, 3)}
+    digest = write_checkpoint(tmp_path, 1, {"round": 1, "shares": shares})
+    back = read_checkpoint(tmp_path, 1, digest, "alice")
+    assert torch.equal(back["shares"]["w"], shares["w"])
+    with pytest.raises(DataError, match=r"party 'alice': its checkpoint of round 1 .* does not"):
+        read_checkpoint(tmp_path, 1, "0" * 64, "alice")
+    with pytest.raises(DataError, match="party 'alice' holds no checkpoint of round 2"):
+        read_checkpoint(tmp_path, 2, digest, "alice")
+
+
+def test_only_the_last_two_rounds_are_kept(tmp_path: Path) -> None:
+    for round in range(1, 5):
+        write_checkpoint(tmp_path, round, {"round": round})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3.pt", "checkpoint-4.pt"]
+
+
+def test_leftovers_of_a_killed_write_are_removed_and_checkpoints_kept(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, 1, {"round": 1})
+    (tmp_path / ".checkpoint-2.pt.abc123").write_bytes(b"half")
+    remove_partial(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [checkpoint_path(tmp_path, 1).name]

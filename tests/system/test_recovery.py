@@ -1,0 +1,164 @@
+"""Faults in the middle of a training job: the job fails fast naming the party, and a resume
+goes on from the last committed round, from every party's own checkpoint, to the result an
+uninterrupted run gives.
+
+Resumed runs draw fresh randomness (new ChaCha20 keys, a new dealer session), so their weights
+match the uninterrupted run's up to fixed-point noise, not bit for bit: within
+`RESUME_TOLERANCE`, and both within `OUTPUT_TOLERANCE` of plaintext PyTorch.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import grpc
+import pytest
+import torch
+
+from mpcml.api.client import Client, ClientError, JobHandle
+from mpcml.api.job import Job
+from mpcml.demo import data, models
+from mpcml.demo.cluster import LocalCluster
+from mpcml.demo.run import plaintext_train
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+
+EPOCHS = 3
+MOMENTUM = 0.5
+SEED = 11
+OUTPUT_TOLERANCE = 0.05
+RESUME_TOLERANCE = 0.01
+FAIL_WITHIN_S = 15.0 + 5.0
+"""The cluster's heartbeat timeout plus a few seconds."""
+
+
+def _train() -> Job:
+    """Three rounds (one epoch each) of logistic regression with momentum."""
+    return Job.train(
+        model=models.LogisticRegression(),
+        features={"alice": "bc-train", "bob": "bc-train-positional"},
+        labels={"carol": "bc-train-labels"},
+        epochs=EPOCHS,
+        momentum=MOMENTUM,
+        seed=SEED,
+        reveal={"weights": ["carol"]},
+    )
+
+
+def _weights(job: JobHandle) -> dict[str, torch.Tensor]:
+    [output] = job.result().outputs
+    return dict(torch.load(output.path, weights_only=True))
+
+
+def _kill_during_round_2(cluster: LocalCluster, job: JobHandle, party: str) -> float:
+    """SIGKILL `party` (its daemon and worker) once round 1 is committed; returns when."""
+    deadline = time.monotonic() + 120
+    while job.status().current_round < 2:
+        assert job.status().state not in (cpb.FAILED, cpb.CANCELLED, cpb.COMPLETED)
+        assert time.monotonic() < deadline, "round 2 never started"
+        time.sleep(0.1)
+    cluster.stop_process(party, signal.SIGKILL)
+    return time.monotonic()
+
+
+def _restart(cluster: LocalCluster, client: Client, party: str) -> None:
+    cluster.start_party(party)
+    cluster.wait_for_parties(client, 60)
+
+
+def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
+    cluster: LocalCluster, client: Client
+) -> None:
+    reference = client.submit(_train())
+    assert reference.wait(timeout=240).state == cpb.COMPLETED
+    job = client.submit(_train())
+    killed = _kill_during_round_2(cluster, job, "bob")
+    status = job.wait(timeout=FAIL_WITHIN_S)
+    failed_after = time.monotonic() - killed
+    assert status.state == cpb.FAILED and "'bob'" in status.reason, status.reason
+    assert status.committed_round == 1, status
+    for party in ("alice", "carol"):  # the survivors' workers have exited
+        deadline = time.monotonic() + 10
+        while f"job {job.id}: worker exited" not in (cluster.logs / f"{party}.log").read_text():
+            assert time.monotonic() < deadline, f"{party}'s worker is still running"
+            time.sleep(0.2)
+
+    _restart(cluster, client, "bob")
+    resumed = job.resume()
+    assert resumed.state in (cpb.PENDING, cpb.STARTING) and resumed.resumes == 1
+    final = job.wait(timeout=240)
+    assert final.state == cpb.COMPLETED, final.reason
+    assert [r.round for r in job.result().rounds] == [1, 2, 3]
+
+    secure, uninterrupted = _weights(job), _weights(reference)
+    split = data.breast_cancer()
+    plain = plaintext_train(
+        models.LogisticRegression(),
+        split.x_train,
+        split.y_train,
+        epochs=EPOCHS,
+        lr=0.1,
+        momentum=MOMENTUM,
+        seed=SEED,
+    ).state_dict()
+    for key, value in plain.items():
+        diff = float((secure[key] - uninterrupted[key]).abs().max())
+        assert diff < RESUME_TOLERANCE, f"{key}: resumed and uninterrupted differ by {diff}"
+        assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
+    print(f"failed {failed_after:.1f} s after the kill; resumed vs uninterrupted max diff {diff}")
+
+
+def test_a_corrupted_checkpoint_is_refused_naming_the_party_and_round(
+    cluster: LocalCluster, client: Client
+) -> None:
+    job = client.submit(_train())
+    _kill_during_round_2(cluster, job, "carol")
+    assert job.wait(timeout=FAIL_WITHIN_S).state == cpb.FAILED
+    checkpoint = cluster.workdir / "alice" / "state" / "jobs" / job.id / "checkpoint-1.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-100])  # truncated
+    _restart(cluster, client, "carol")
+    job.resume()
+    status = job.wait(timeout=120)
+    assert status.state == cpb.FAILED
+    assert "party 'alice': its checkpoint of round 1" in status.reason, status.reason
+    assert "does not match the digest committed for that round" in status.reason
+
+
+def test_only_a_failed_job_can_be_resumed(client: Client) -> None:
+    job = client.submit(_train())
+    job.cancel()
+    with pytest.raises(ClientError) as info:
+        job.resume()
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "is CANCELLED; only a FAILED job can be resumed" in info.value.message
+
+
+def test_a_dealer_killed_mid_training_fails_the_job_naming_it_and_a_resume_finishes_it(
+    cluster: LocalCluster, client: Client
+) -> None:
+    job = client.submit(_train())
+    _kill_during_round_2(cluster, job, "dealer")
+    status = job.wait(timeout=FAIL_WITHIN_S)
+    assert status.state == cpb.FAILED and "the dealer at" in status.reason, status.reason
+    cluster.start_dealer()
+    job.resume()
+    final = job.wait(timeout=240)
+    assert final.state == cpb.COMPLETED, final.reason
+    assert final.resumes == 1 and [r.round for r in job.result().rounds] == [1, 2, 3]
+
+
+def test_a_coordinator_killed_mid_training_lists_the_job_and_a_resume_finishes_it(
+    cluster: LocalCluster, client: Client
+) -> None:
+    job = client.submit(_train())
+    _kill_during_round_2(cluster, job, "coordinator")
+    cluster.start_coordinator()
+    cluster.wait_for_parties(client, 60)  # they attach again by themselves
+    status = job.status()
+    assert status.state == cpb.FAILED, status
+    assert "interrupted: the coordinator restarted during round 2" in status.reason
+    assert status.committed_round == 1
+    job.resume()
+    final = job.wait(timeout=240)
+    assert final.state == cpb.COMPLETED, final.reason
+    assert [r.round for r in job.result().rounds] == [1, 2, 3]
