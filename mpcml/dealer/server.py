@@ -141,21 +141,27 @@ class DealerService(pb_grpc.DealerServicer):
         for sid in [s for s, v in self.sessions.items() if now - v.used > SESSION_IDLE_S]:
             del self.sessions[sid]
 
-    def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
-        """Rank 0's correcting share of the session's next tuple."""
-        session = self._session(request.session_id, context)
-        self._caller(context, session.parties[0])
-        try:
-            size = tuples.result_size(request)
-        except tuples.TupleError as exc:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        largest = max(math.prod(request.size0), math.prod(request.size1), math.prod(size))
+    @staticmethod
+    def _limit(context: grpc.ServicerContext, *elements: int) -> None:
+        """RESOURCE_EXHAUSTED for a tensor beyond MAX_ELEMENTS (before any is allocated)."""
+        largest = max(abs(n) for n in elements)
         if largest > MAX_ELEMENTS:
             _abort(
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"a tuple of {largest} elements exceeds the dealer's limit of {MAX_ELEMENTS}",
             )
+
+    def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
+        """Rank 0's correcting share of the session's next tuple."""
+        session = self._session(request.session_id, context)
+        self._caller(context, session.parties[0])
+        self._limit(context, math.prod(request.size0), math.prod(request.size1))
+        try:
+            size = tuples.result_size(request)
+        except tuples.TupleError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        self._limit(context, math.prod(size))
         with session.lock:
             if request.seq != session.next_seq:
                 _abort(

@@ -36,18 +36,23 @@ def kwargs_of(request: pb.TupleRequest) -> dict[str, Any]:
 
 
 def result_size(request: pb.TupleRequest) -> torch.Size:
-    """The size of the tuple's last element."""
+    """The size of the tuple's last element (sizes checked by the caller against its limit)."""
+    if any(d < 0 for d in (*request.size0, *request.size1)):
+        raise TupleError(f"negative size in {list(request.size0)} or {list(request.size1)}")
     size0, size1 = torch.Size(request.size0), torch.Size(request.size1)
     if request.kind == pb.ADDITIVE:
         if request.op not in OPS:
             raise TupleError(f"op {request.op!r} is not one of {sorted(OPS)}")
-        a, b = torch.empty(size0, device="meta"), torch.empty(size1, device="meta")
         try:
+            a, b = torch.empty(size0, device="meta"), torch.empty(size1, device="meta")
             return getattr(torch, request.op)(a, b, **kwargs_of(request)).size()  # type: ignore[no-any-return]
         except (RuntimeError, TypeError, ValueError) as exc:
             raise TupleError(f"{request.op} of {list(size0)} and {list(size1)}: {exc}") from None
     if request.kind == pb.BINARY:
-        return torch.Size(torch.broadcast_shapes(size0, size1))  # type: ignore[no-untyped-call]
+        try:
+            return torch.Size(torch.broadcast_shapes(size0, size1))  # type: ignore[no-untyped-call]
+        except RuntimeError as exc:
+            raise TupleError(f"sizes {list(size0)} and {list(size1)}: {exc}") from None
     if request.kind in (pb.SQUARE, pb.WRAPS, pb.B2A):
         return size0
     raise TupleError(f"unknown tuple kind {request.kind}")
