@@ -9,6 +9,7 @@ match the uninterrupted run's up to fixed-point noise, not bit for bit: within
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -50,14 +51,22 @@ def _weights(job: JobHandle) -> dict[str, torch.Tensor]:
     return dict(torch.load(output.path, weights_only=True))
 
 
-def _kill_during_round_2(cluster: LocalCluster, job: JobHandle, party: str) -> float:
-    """SIGKILL `party` (its daemon and worker) once round 1 is committed; returns when."""
+def _kill_during_round_2(
+    cluster: LocalCluster, job: JobHandle, party: str, sig: int = signal.SIGKILL
+) -> float:
+    """Signal `party` (its daemon and worker) once round 1 is committed; returns when.
+
+    SIGKILL ends the processes; SIGSTOP freezes them (SIGCONT them afterwards).
+    """
     deadline = time.monotonic() + 120
     while job.status().current_round < 2:
         assert job.status().state not in (cpb.FAILED, cpb.CANCELLED, cpb.COMPLETED)
         assert time.monotonic() < deadline, "round 2 never started"
         time.sleep(0.1)
-    cluster.stop_process(party, signal.SIGKILL)
+    if sig == signal.SIGKILL:
+        cluster.stop_process(party, sig)
+    else:
+        os.killpg(cluster.processes[party].pid, sig)
     return time.monotonic()
 
 
@@ -158,6 +167,24 @@ def test_a_coordinator_killed_mid_training_lists_the_job_and_a_resume_finishes_i
     assert status.state == cpb.FAILED, status
     assert "interrupted: the coordinator restarted during round 2" in status.reason
     assert status.committed_round == 1
+    job.resume()
+    final = job.wait(timeout=240)
+    assert final.state == cpb.COMPLETED, final.reason
+    assert [r.round for r in job.result().rounds] == [1, 2, 3]
+
+
+def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(
+    cluster: LocalCluster, client: Client
+) -> None:
+    job = client.submit(_train())
+    frozen = _kill_during_round_2(cluster, job, "bob", signal.SIGSTOP)
+    try:
+        status = job.wait(timeout=FAIL_WITHIN_S)
+        print(f"FROZEN: failed {time.monotonic() - frozen:.1f} s after SIGSTOP: {status.reason}")
+    finally:
+        os.killpg(cluster.processes["bob"].pid, signal.SIGCONT)
+    assert status.state == cpb.FAILED and "'bob'" in status.reason, status.reason
+    cluster.wait_for_parties(client, 60)
     job.resume()
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
