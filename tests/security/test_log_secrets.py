@@ -13,8 +13,7 @@ from pathlib import Path
 
 import torch
 
-from mpcml.dealer.provider import DealerEndpoint
-from tests.support.parties import dealer_process, party_specs, run_specs
+from tests.support.parties import party_specs, run_specs_on_dealer
 
 
 def key_needles(key: torch.Tensor) -> set[str]:
@@ -50,10 +49,7 @@ def leaks(text: str, needles: Iterable[str]) -> list[str]:
 
 def test_no_key_share_or_input_in_any_log(tmp_path: Path) -> None:
     specs = party_specs(tmp_path, 2, "tests.security.scenarios:secrets_of_a_session")
-    with dealer_process(tmp_path, tmp_path / "pki") as address:
-        for spec in specs:
-            spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
-        results = run_specs(tmp_path, specs, timeout=120)
+    results = run_specs_on_dealer(tmp_path, specs, timeout=120)
     for r in results:
         assert r.ok, f"rank {r.rank}: {r.error_type}: {r.error}\n{r.traceback}"
     a, b = (r.value["input"] for r in results)

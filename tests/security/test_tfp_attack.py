@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mpcml.dealer.provider import DealerEndpoint
 from tests.security import scenarios
-from tests.support.parties import PartyResult, dealer_process, party_specs, run_specs
+from tests.support.parties import PartyResult, party_specs, run_specs, run_specs_on_dealer
 
 SEED = 20261202
 
@@ -22,13 +21,8 @@ def _attack(tmp: Path, provider: str) -> list[PartyResult]:
     specs = party_specs(
         tmp, 2, "tests.security.scenarios:replay_attack", scenario_kwargs={"seed": SEED}
     )
-    if provider == "tfp":
-        results = run_specs(tmp, specs, timeout=120)
-    else:
-        with dealer_process(tmp, tmp / "pki") as address:
-            for spec in specs:
-                spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
-            results = run_specs(tmp, specs, timeout=120)
+    run = run_specs if provider == "tfp" else run_specs_on_dealer
+    results = run(tmp, specs, timeout=120)
     for r in results:
         assert r.ok, f"rank {r.rank}: {r.error_type}: {r.error}\n{r.traceback}"
     return results

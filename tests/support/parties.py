@@ -272,3 +272,15 @@ def dealer_process(tmp: Path, pki: Path, log_level: str = "debug") -> Iterator[s
         process.terminate()
         process.wait(10)
         log.close()
+
+
+def run_specs_on_dealer(
+    tmp: Path, specs: list[PartySpec], timeout: float = 240.0
+) -> list[PartyResult]:
+    """`run_specs` with a dealer process (certificate from `tmp/pki`) as every session's."""
+    from mpcml.dealer.provider import DealerEndpoint
+
+    with dealer_process(tmp, tmp / "pki") as address:
+        for spec in specs:
+            spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
+        return run_specs(tmp, specs, timeout)

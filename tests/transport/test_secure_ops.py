@@ -8,14 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mpcml.dealer.provider import DealerEndpoint
 from tests.support.check import crypten_close
 from tests.support.parties import (
     PartyResult,
-    dealer_process,
     party_specs,
     run_session,
-    run_specs,
+    run_specs_on_dealer,
 )
 from tests.transport import scenarios
 
@@ -36,10 +34,7 @@ def secure_results(
         results = run_session(tmp, world_size, "tests.transport.scenarios:ops")
     else:
         specs = party_specs(tmp, world_size, "tests.transport.scenarios:ops")
-        with dealer_process(tmp, tmp / "pki") as address:
-            for spec in specs:
-                spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
-            results = run_specs(tmp, specs, timeout=240)
+        results = run_specs_on_dealer(tmp, specs, timeout=240)
     for r in results:
         assert r.ok, f"rank {r.rank} failed: {r.error_type}: {r.error}\n{r.traceback}"
     return world_size, results
