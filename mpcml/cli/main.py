@@ -12,6 +12,7 @@ from pathlib import Path
 import mpcml
 from mpcml import logs
 from mpcml.cli import jobs
+from mpcml.security import certs
 
 EXIT_BAD_INPUT = 2
 
@@ -77,8 +78,6 @@ def _party(args: argparse.Namespace) -> int:
 
 
 def _certs(args: argparse.Namespace) -> int:
-    from mpcml.security import certs
-
     if args.certs_command == "init":
         issued = certs.init_ca(args.out)
         print(f"wrote {issued.cert} and {issued.key}")
@@ -133,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
     ci = cs.add_parser("issue", help="issue DIR/NAME.pem and DIR/NAME.key")
     ci.add_argument("--ca", required=True, help="the CA's folder")
     ci.add_argument("--name", required=True)
-    ci.add_argument("--role", choices=["party", "coordinator", "dealer", "client"], default="party")
+    ci.add_argument("--role", choices=certs.ROLES, default="party")
     ci.add_argument("--san", action="append", help="a DNS name or IP address (repeatable)")
     ci.add_argument("--out", help="folder to write to (default: the CA's)")
     ci.add_argument("--days", type=int, default=825)

@@ -28,11 +28,16 @@ from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
 from mpcml.runtime.prg import KEY_BYTES, ChaChaStream
 from mpcml.transport.serving import add_health_and_reflection, bind
-from mpcml.transport.tls import PARTY_ROLE, TLSFiles, caller_identity, check_certificate
+from mpcml.transport.tls import (
+    DEALER_ROLE,
+    PARTY_ROLE,
+    TLSFiles,
+    caller_identity,
+    check_certificate,
+)
 
 log = logging.getLogger(__name__)
 
-DEALER_ROLE = "dealer"
 MAX_ELEMENTS = 2**26
 """Largest tuple element served (512 MiB of int64): a bigger request is RESOURCE_EXHAUSTED."""
 SESSION_IDLE_S = 3600.0

@@ -18,7 +18,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-ROLES = ("party", "coordinator", "dealer", "client")
+from mpcml.transport.tls import (
+    CLIENT_ROLE,
+    COORDINATOR_ROLE,
+    DEALER_ROLE,
+    PARTY_ROLE,
+    cert_names,
+    cert_role,
+)
+
+ROLES = (PARTY_ROLE, COORDINATOR_ROLE, DEALER_ROLE, CLIENT_ROLE)
 
 
 @dataclass(frozen=True)
@@ -153,21 +162,15 @@ def describe(path: str | Path) -> str:
         raise ValueError(f"cannot read {str(path)!r}: {exc.strerror}") from None
     except ValueError:
         raise ValueError(f"{str(path)!r} is not a PEM certificate") from None
-    cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    ou = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        sans = [*san.get_values_for_type(x509.DNSName)]
-        sans += [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
-    except x509.ExtensionNotFound:
-        sans = []
+    names = cert_names(cert)
+    sans = [*names.dns_names, *names.ip_addresses]
     now = dt.datetime.now(dt.UTC)
     after = cert.not_valid_after_utc
     state = "EXPIRED" if after < now else f"valid for {(after - now).days} more days"
     return "\n".join(
         [
-            f"name:    {str(cn[0].value) if cn else ''}",
-            f"role:    {str(ou[0].value) if ou else '(none)'}",
+            f"name:    {names.common_name}",
+            f"role:    {cert_role(cert) or '(none)'}",
             f"SANs:    {', '.join(sans) or '(none)'}",
             f"issuer:  {cert.issuer.rfc4514_string()}",
             f"valid:   {cert.not_valid_before_utc:%Y-%m-%d %H:%M} to {after:%Y-%m-%d %H:%M} UTC"

@@ -129,6 +129,7 @@ def channel_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
 PARTY_ROLE = "party"
 CLIENT_ROLE = "client"
 COORDINATOR_ROLE = "coordinator"
+DEALER_ROLE = "dealer"
 
 
 @dataclass(frozen=True)
@@ -156,12 +157,6 @@ def caller_identity(context: grpc.ServicerContext) -> Identity | None:
         return None
     cert = x509.load_pem_x509_certificate(bytes(pem[0]))
     return Identity(cert_names(cert).common_name, cert_role(cert))
-
-
-def caller_common_name(context: grpc.ServicerContext) -> str | None:
-    """Common name of the TLS client certificate of the call, None on a plaintext call."""
-    identity = caller_identity(context)
-    return None if identity is None else identity.name
 
 
 def _split_address(address: str) -> tuple[str, int]:
