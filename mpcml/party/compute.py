@@ -243,10 +243,20 @@ class JobComputation:
             raise DataError(
                 f"party {self.me!r} held rank {saved.get('rank')} in job {job_id}, not {self.rank}"
             )
+        self._put_shares(net, saved["shares"], f"its saved model of job {job_id}")
+
+    def _shares(self) -> dict[str, torch.Tensor]:
+        """Copies of the parameters' shares, by name: what the party keeps and checkpoints."""
+        return {k: t.share.clone() for k, t in self._tensors(self.model).items()}
+
+    def _put_shares(self, net: Any, shares: dict[str, torch.Tensor], origin: str) -> None:
+        """Set `net`'s parameters to saved shares, each checked against the graph's shape."""
         for key, tensor in self._tensors(net).items():
-            share = saved["shares"].get(key)
+            share = shares.get(key)
             if share is None or tuple(share.shape) != tuple(tensor.share.shape):
-                raise DataError(f"party {self.me!r}: the shares of job {job_id} lack {key!r}")
+                raise DataError(
+                    f"party {self.me!r}: {origin} holds no share of {key!r} of the right shape"
+                )
             tensor.share = share
 
     # --- checkpoints -------------------------------------------------------------------------
@@ -273,7 +283,7 @@ class JobComputation:
             "job_id": self.start.job_id,
             "rank": self.rank,
             "round": round,
-            "shares": {k: t.share.clone() for k, t in self._tensors(self.model).items()},
+            "shares": self._shares(),
             "momentum": {k: b.share.clone() for k, b in self._momentum().items()},
         }
         return write_checkpoint(self.config.job_state(self.start.job_id), round, state)
@@ -288,9 +298,8 @@ class JobComputation:
                 f"party {self.me!r}: the checkpoint of round {round} is of rank "
                 f"{saved.get('rank')} round {saved.get('round')}, not rank {self.rank}"
             )
+        self._put_shares(self.model, saved["shares"], f"its checkpoint of round {round}")
         tensors = self._tensors(self.model)
-        for key, tensor in tensors.items():
-            tensor.share = saved["shares"][key]
         for key, share in saved["momentum"].items():
             buffer = tensors[key].clone().detach()
             buffer.share = share
@@ -388,7 +397,7 @@ class JobComputation:
         return cpb.PartyOutput(party=self.me, output=output, path=str(path), shape=shape)
 
     def _keep_shares(self) -> None:
-        shares = {k: t.share.clone() for k, t in self._tensors(self.model).items()}
+        shares = self._shares()
         path = self.config.job_state(self.start.job_id) / SHARES_FILE
         atomic_write(path, lambda f: torch.save({"rank": self.rank, "shares": shares}, f))
 
