@@ -385,8 +385,14 @@ class Scheduler:
     def _start(self, job: Job, spec: jpb.JobSpec, links: list[PartyLink]) -> None:
         history = self.history(job.job_id)
         resume = _resume_round(spec, history)
-        run = Run(job.job_id, spec, list(spec.parties), history.total_rounds, resume)
-        run.round = resume
+        run = Run(
+            job.job_id,
+            spec,
+            list(spec.parties),
+            history.total_rounds,
+            resume_round=resume,
+            round=resume,
+        )
         self._runs[job.job_id] = run
         self.store.transition(job.job_id, JobState.STARTING)
         self._event(job.job_id, "state", state=JobState.STARTING.value)
