@@ -62,3 +62,25 @@ def tls_files(data: Mapping[str, Any], base: Path) -> TLSFiles | None:
     if not isinstance(table, dict):
         raise ConfigError(f"the config in {base} needs a [tls] table (ca, cert, key)")
     return TLSFiles(*(resolve(base, need(table, k, base)) for k in ("ca", "cert", "key")))
+
+
+def positive_int(data: Mapping[str, Any], key: str, default: int, where: Path) -> int:
+    """An optional whole-number setting of at least 1, or a ConfigError naming the key."""
+    value = data.get(key, default)
+    try:
+        number = int(str(value).replace("_", ""))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(
+            f"`{key}` in the config in {where} must be a whole number >= 1, got {value!r}"
+        )
+    return number
+
+
+def port_offset(address: str, offset: int) -> str:
+    """HOST:PORT with the port moved up by `offset` (a party's job slots, `max_concurrent_jobs`)."""
+    if offset == 0:
+        return address
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + offset}"

@@ -1,7 +1,8 @@
 """The coordinator's logic: registered parties, and each job's run as numbered rounds.
 
 Everything here is public metadata (DESIGN.md 2). A job goes PENDING -> STARTING when all its
-parties are attached and idle (a party runs one job at a time; later jobs wait), RUNNING when
+parties are attached and have a free slot (a party runs up to its `max_concurrent_jobs` at once;
+later jobs wait), RUNNING when
 every worker reported READY, and through its rounds: GO r to every party, round r committed when
 every party reported DONE r. The first failure of any party fails the job and stops the others.
 """
@@ -16,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpcml.config import port_offset
 from mpcml.coordinator.store import (
     TERMINAL,
     Event,
@@ -56,7 +58,13 @@ class PartyLink:
     assignments: queue.Queue[cpb.Assignment | None]
     last_seen: float
     connected: bool = True
-    job: str | None = None
+    jobs: dict[str, int] = field(default_factory=dict)
+    """The jobs it runs, each with the slot its worker took."""
+
+    def free_slot(self) -> int | None:
+        """A slot for one more job, or None while it runs `max_concurrent_jobs`."""
+        free = set(range(max(1, self.info.max_concurrent_jobs))) - set(self.jobs.values())
+        return min(free) if free else None
 
 
 @dataclass
@@ -130,10 +138,17 @@ def reconstruct(shares: list[cpb.MetricShare]) -> dict[str, float]:
 class Scheduler:
     """Parties, jobs and rounds; every method is safe to call from any gRPC thread."""
 
-    def __init__(self, store: JobStore, roster: list[str], heartbeat_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        roster: list[str],
+        heartbeat_timeout: float = 15.0,
+        max_job_rows: int | None = None,
+    ) -> None:
         self.store = store
         self.roster = roster
         self.heartbeat_timeout = heartbeat_timeout
+        self.max_job_rows = max_job_rows
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._parties: dict[str, PartyLink] = {}
@@ -165,14 +180,14 @@ class Scheduler:
         run = self._runs.pop(job_id, None)
         if run is None:
             return
+        committed = self.history(job_id).committed
         for name in run.parties:
             link = self._parties.get(name)
-            if link is not None and link.job == job_id:
-                link.job = None
-                if state != JobState.COMPLETED:
-                    link.assignments.put(
-                        cpb.Assignment(stop=cpb.StopJob(job_id=job_id, reason=reason))
-                    )
+            if link is None or link.jobs.pop(job_id, None) is None:
+                continue
+            if state != JobState.COMPLETED:
+                stop = cpb.StopJob(job_id=job_id, reason=reason, committed_round=committed)
+                link.assignments.put(cpb.Assignment(stop=stop))
         log.info("job %s %s %s", job_id, state.value, reason)
         self._schedule()
 
@@ -190,8 +205,8 @@ class Scheduler:
             old = self._parties.get(info.party)
             if old is not None:
                 old.assignments.put(None)
-                if old.job is not None:
-                    self._fail(old.job, f"party {info.party!r} re-registered while running it")
+                for job_id in list(old.jobs):
+                    self._fail(job_id, f"party {info.party!r} re-registered while running it")
             link = PartyLink(info, queue.Queue(), time.monotonic())
             self._parties[info.party] = link
             log.info("party %s attached from %s", info.party, info.data_address)
@@ -211,8 +226,8 @@ class Scheduler:
             if link is None or link.assignments is not assignments:
                 return
             link.connected = False
-            if link.job is not None:
-                self._fail(link.job, f"party {name!r} disconnected from the coordinator")
+            for job_id in list(link.jobs):
+                self._fail(job_id, f"party {name!r} disconnected from the coordinator")
             log.warning("party %s detached", name)
 
     def heartbeat(self, name: str) -> None:
@@ -256,6 +271,14 @@ class Scheduler:
                 raise SchedulerError(
                     "FAILED_PRECONDITION" if exc.precondition else "INVALID_ARGUMENT", str(exc)
                 ) from None
+            rows = plan.rows * plan.epochs
+            if self.max_job_rows is not None and rows > self.max_job_rows:
+                raise SchedulerError(
+                    "RESOURCE_EXHAUSTED",
+                    f"the job passes {rows} rows through its model ({plan.rows} rows x "
+                    f"{plan.epochs} epochs), over the coordinator's limit max_job_rows = "
+                    f"{self.max_job_rows}",
+                )
             links = {name: self._parties[name] for name in spec.parties}
         self._vet(spec, submitter, links)
         with self._lock:
@@ -375,12 +398,17 @@ class Scheduler:
             return self.store.get(job_id)
 
     def _schedule(self) -> None:
+        """Start every PENDING job, oldest first, whose parties all have a free slot."""
         for job in self.store.jobs(JobState.PENDING):
             spec = jpb.JobSpec.FromString(job.spec)
             links = [self._parties.get(p) for p in spec.parties]
-            if any(link is None or not link.connected or link.job for link in links):
-                continue
-            self._start(job, spec, [link for link in links if link is not None])
+            ready = [
+                link
+                for link in links
+                if link is not None and link.connected and link.free_slot() is not None
+            ]
+            if len(ready) == len(links):
+                self._start(job, spec, ready)
 
     def _start(self, job: Job, spec: jpb.JobSpec, links: list[PartyLink]) -> None:
         history = self.history(job.job_id)
@@ -396,9 +424,13 @@ class Scheduler:
         self._runs[job.job_id] = run
         self.store.transition(job.job_id, JobState.STARTING)
         self._event(job.job_id, "state", state=JobState.STARTING.value)
-        peers = [cpb.Peer(name=p.info.party, address=p.info.data_address) for p in links]
-        for rank, link in enumerate(links):
-            link.job = job.job_id
+        slots = [link.free_slot() or 0 for link in links]
+        peers = [
+            cpb.Peer(name=link.info.party, address=port_offset(link.info.data_address, slot))
+            for link, slot in zip(links, slots, strict=True)
+        ]
+        for rank, (link, slot) in enumerate(zip(links, slots, strict=True)):
+            link.jobs[job.job_id] = slot
             link.assignments.put(
                 cpb.Assignment(
                     start=cpb.StartJob(
@@ -412,6 +444,7 @@ class Scheduler:
                         if resume
                         else "",
                         attempt=history.resumes,
+                        slot=slot,
                     )
                 )
             )
@@ -563,9 +596,9 @@ class Scheduler:
                     link.connected = False
                     link.assignments.put(None)
                     log.warning("party %s missed its heartbeats for %.0f s", name, silent)
-                    if link.job is not None:
+                    for job_id in list(link.jobs):
                         self._fail(
-                            link.job,
+                            job_id,
                             f"party {name!r} sent no heartbeat for {silent:.0f} s "
                             f"(timeout {self.heartbeat_timeout:.0f} s)",
                         )

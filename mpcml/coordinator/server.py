@@ -16,14 +16,17 @@ from mpcml.coordinator.service import CoordinatorService, PartyControlService
 from mpcml.coordinator.store import SqliteJobStore
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
-from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.serving import MessageSizeLimit, add_health_and_reflection, bind
 from mpcml.transport.tls import COORDINATOR_ROLE, TLSFiles, check_certificate
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""Largest request accepted: a job spec with its graph (weights never travel here)."""
+"""Default `max_message_bytes`: the largest request, a job spec with its graph (weights never
+travel here)."""
+MAX_JOB_ROWS = 10_000_000
+"""Default `max_job_rows`: rows a job passes through its model, over all its epochs."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class CoordinatorConfig:
     tls: TLSFiles | None
     roster: tuple[str, ...]
     heartbeat_timeout: float
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_job_rows: int = MAX_JOB_ROWS
 
     @classmethod
     def load(cls, path: str | Path) -> CoordinatorConfig:
@@ -49,6 +54,8 @@ class CoordinatorConfig:
             tls=cfg.tls_files(data, base),
             roster=tuple(roster),
             heartbeat_timeout=float(data.get("heartbeat_timeout_s", 15)),
+            max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_MESSAGE_BYTES, base),
+            max_job_rows=cfg.positive_int(data, "max_job_rows", MAX_JOB_ROWS, base),
         )
 
 
@@ -63,12 +70,16 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         check_certificate(config.tls, COORDINATOR_ROLE)
     config.database.parent.mkdir(parents=True, exist_ok=True)
     store = SqliteJobStore(config.database)
-    scheduler = Scheduler(store, list(config.roster), config.heartbeat_timeout)
+    scheduler = Scheduler(
+        store, list(config.roster), config.heartbeat_timeout, max_job_rows=config.max_job_rows
+    )
+    size_limit = MessageSizeLimit(config.max_message_bytes, "max_message_bytes")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="mpcml-coordinator"),
+        interceptors=[size_limit],
         options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", size_limit.hard_limit),
+            ("grpc.max_send_message_length", size_limit.hard_limit),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),
             ("grpc.keepalive_time_ms", 10_000),

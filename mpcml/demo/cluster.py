@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mpcml import logs
@@ -32,15 +32,25 @@ CLIENT = "analyst"
 STOP_TIMEOUT_S = 10.0
 
 
-def free_ports(n: int) -> list[int]:
-    """Ports that were free a moment ago on 127.0.0.1."""
-    socks = []
+def free_ports(n: int, block: int = 1) -> list[int]:
+    """Ports that were free a moment ago on 127.0.0.1, each the first of `block` free ones."""
+    socks: list[socket.socket] = []
+    found: list[int] = []
     try:
-        for _ in range(n):
+        while len(found) < n:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            first = s.getsockname()[1]
+            try:
+                for port in range(first + 1, first + block):
+                    t = socket.socket()
+                    socks.append(t)
+                    t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found.append(first)
+        return found
     finally:
         for s in socks:
             s.close()
@@ -57,15 +67,21 @@ class LocalCluster:
         heartbeat_timeout: float = 15.0,
         roster_extra: Sequence[str] = (),
         log_level: str = "info",
+        max_concurrent_jobs: int = 1,
+        coordinator_settings: Mapping[str, int] | None = None,
     ) -> None:
         self.workdir = workdir
         self.parties = list(parties)
         self.parties_dir = parties_dir
         self.certs = workdir / "certs"
         self.logs = workdir / "logs"
-        ports = free_ports(2 + len(self.parties))
+        ports = free_ports(2 + len(self.parties), block=max_concurrent_jobs)
         self.coordinator_address = f"127.0.0.1:{ports[0]}"
         self.dealer_address = f"127.0.0.1:{ports[1]}"
+        self.max_concurrent_jobs = max_concurrent_jobs
+        """Every party's; each gets that many consecutive data-plane ports."""
+        self.coordinator_settings = dict(coordinator_settings or {})
+        """Extra keys of `coordinator.toml` (its limits)."""
         self.data_addresses = {
             p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[2:], strict=True)
         }
@@ -103,7 +119,8 @@ class LocalCluster:
             f'database = "coordinator.db"\n'
             f"heartbeat_timeout_s = {self.heartbeat_timeout}\n"
             f"parties = [{roster}]\n"
-            "[tls]\n"
+            + "".join(f"{key} = {value}\n" for key, value in self.coordinator_settings.items())
+            + "[tls]\n"
             'ca = "certs/ca.pem"\ncert = "certs/coordinator.pem"\nkey = "certs/coordinator.key"\n'
         )
         return path
@@ -120,6 +137,7 @@ class LocalCluster:
             "MPCML_TLS_KEY": str(self.certs / f"{party}.key"),
             "MPCML_STATE_DIR": str(self.workdir / party / "state"),
             "MPCML_RESULTS_DIR": str(self.workdir / party / "results"),
+            "MPCML_MAX_CONCURRENT_JOBS": str(self.max_concurrent_jobs),
         }
 
     def results(self, party: str) -> Path:

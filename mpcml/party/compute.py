@@ -36,7 +36,12 @@ from mpcml.jobs.spec import (
 from mpcml.party import catalogue
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
-from mpcml.party.durable import atomic_write, read_checkpoint, remove_partial, write_checkpoint
+from mpcml.party.durable import (
+    atomic_write,
+    discard_uncommitted,
+    read_checkpoint,
+    write_checkpoint,
+)
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.runtime.crypten_session import Session
@@ -291,7 +296,7 @@ class JobComputation:
     def restore(self, round: int, digest: str) -> None:
         """Load this party's checkpoint of `round` into the model and the optimiser."""
         directory = self.config.job_state(self.start.job_id)
-        remove_partial(directory)  # what a write killed in the failed run left behind
+        discard_uncommitted(directory, round)  # what the failed run left behind
         saved = read_checkpoint(directory, round, digest, self.me)
         if saved.get("rank") != self.rank or saved.get("round") != round:
             raise DataError(

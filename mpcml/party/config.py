@@ -6,6 +6,7 @@ data_address = "127.0.0.1:7101"   # where the other parties reach this party's j
 coordinator = "127.0.0.1:7000"
 dealer = "127.0.0.1:7200"          # correlated randomness (mpcml dealer)
 device = "cpu"                     # or "cuda:0"
+max_concurrent_jobs = 1            # workers at once; slot s listens on data_address's port + s
 [tls]
 ca = "certs/ca.pem"
 cert = "certs/alice.pem"
@@ -62,6 +63,8 @@ class PartyConfig:
     dealer: str = ""
     """HOST:PORT of the dealer; jobs that use it fail without one."""
     dealer_name: str = "dealer"
+    max_concurrent_jobs: int = 1
+    """Jobs this party runs at once; the coordinator queues further ones."""
 
     @classmethod
     def load(cls, path: str | Path) -> PartyConfig:
@@ -92,6 +95,7 @@ class PartyConfig:
             policy=Policy.from_table(data.get("policy")),
             dealer=str(data.get("dealer", "")),
             dealer_name=str(data.get("dealer_name", "dealer")),
+            max_concurrent_jobs=cfg.positive_int(data, "max_concurrent_jobs", 1, base),
         )
 
     def job_state(self, job_id: str) -> Path:

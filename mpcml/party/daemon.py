@@ -22,6 +22,7 @@ import grpc
 
 from mpcml.party import catalogue, policy, worker
 from mpcml.party.config import PartyConfig
+from mpcml.party.durable import discard_uncommitted
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.serving import channel
@@ -44,8 +45,11 @@ class WorkerHandle:
     job_id: str
     process: BaseProcess
     conn: Connection
+    slot: int
     ended: bool = False
     """A FINISHED or FAILED report was relayed."""
+    committed_round: int | None = None
+    """Set by a StopJob: once the process is gone, discard what is beyond this round."""
     exited: threading.Event = field(default_factory=threading.Event)
     """Set by the relay thread once it reaped the process (the only thread that joins it)."""
 
@@ -73,6 +77,7 @@ class PartyDaemon:
             datasets=[catalogue.describe(e) for e in self.config.datasets.values()],
             models=sorted(self.config.models),
             running_jobs=sorted(self._workers),
+            max_concurrent_jobs=self.config.max_concurrent_jobs,
         )
 
     def run(self) -> None:
@@ -155,7 +160,8 @@ class PartyDaemon:
             except OSError:
                 log.warning("job %s: the worker is gone", handle.job_id)
         elif kind == "stop":
-            self._stop(assignment.stop.job_id, assignment.stop.reason)
+            stop = assignment.stop
+            self._stop(stop.job_id, stop.reason, stop.committed_round)
         elif kind == "vet":
             self._vet(assignment.vet)
 
@@ -174,16 +180,25 @@ class PartyDaemon:
     def _start(self, start: cpb.StartJob) -> None:
         with self._lock:
             for handle in self._workers.values():
-                if handle.ended and not handle.exited.wait(WORKER_EXIT_S):
+                # The slot's port is free only once its last worker closed its session.
+                same_slot = handle.slot == start.slot and handle.ended
+                if same_slot and not handle.exited.wait(WORKER_EXIT_S):
                     handle.process.kill()  # it reported, but did not close its session
                     handle.exited.wait(STOP_GRACE_S)
-            busy = [j for j, h in self._workers.items() if not h.exited.is_set()]
-            if busy:
+            busy = [
+                f"job {j} in slot {h.slot}"
+                for j, h in self._workers.items()
+                if not h.exited.is_set() and (h.slot == start.slot or j == start.job_id)
+            ]
+            if busy or start.slot >= self.config.max_concurrent_jobs:
+                reason = (
+                    f"the party is still running {busy[0]}"
+                    if busy
+                    else f"slot {start.slot} is beyond max_concurrent_jobs = "
+                    f"{self.config.max_concurrent_jobs}"
+                )
                 self._report(
-                    cpb.WorkerReport(
-                        job_id=start.job_id,
-                        failed=cpb.Failure(reason=f"the party is still running job {busy[0]}"),
-                    )
+                    cpb.WorkerReport(job_id=start.job_id, failed=cpb.Failure(reason=reason))
                 )
                 return
             parent, child = self._ctx.Pipe()
@@ -195,9 +210,15 @@ class PartyDaemon:
             )
             process.start()
             child.close()
-            handle = WorkerHandle(start.job_id, process, parent)
+            handle = WorkerHandle(start.job_id, process, parent, start.slot)
             self._workers[start.job_id] = handle
-        log.info("job %s: worker %d started as rank %d", start.job_id, process.pid, start.rank)
+        log.info(
+            "job %s: worker %d started as rank %d in slot %d",
+            start.job_id,
+            process.pid,
+            start.rank,
+            start.slot,
+        )
         threading.Thread(target=self._relay, args=(handle,), daemon=True).start()
 
     def _relay(self, handle: WorkerHandle) -> None:
@@ -228,6 +249,9 @@ class PartyDaemon:
         with self._lock:
             if self._workers.get(handle.job_id) is handle:
                 del self._workers[handle.job_id]
+            committed = handle.committed_round
+        if committed is not None:
+            discard_uncommitted(self.config.job_state(handle.job_id), committed)
         log.info("job %s: worker exited (%s)", handle.job_id, code)
 
     def _report(self, report: cpb.WorkerReport) -> None:
@@ -254,9 +278,15 @@ class PartyDaemon:
                     return
         log.error("job %s: could not deliver a report to the coordinator", report.job_id)
 
-    def _stop(self, job_id: str, reason: str) -> None:
-        handle = self._workers.get(job_id)
+    def _stop(self, job_id: str, reason: str, committed_round: int | None = None) -> None:
+        """Stop the job's worker; with `committed_round`, then discard what is beyond it."""
+        with self._lock:
+            handle = self._workers.get(job_id)
+            if handle is not None:
+                handle.committed_round = committed_round
         if handle is None:
+            if committed_round is not None:  # the worker is gone already
+                discard_uncommitted(self.config.job_state(job_id), committed_round)
             return
         handle.ended = True
         log.info("job %s: stopping the worker (%s)", job_id, reason)

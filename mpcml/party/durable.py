@@ -82,8 +82,16 @@ def read_checkpoint(directory: Path, round: int, digest: str, party: str) -> dic
     return state
 
 
-def remove_partial(directory: Path) -> None:
-    """Delete temporary files a killed write left behind (committed checkpoints stay)."""
-    for tmp in directory.glob(".*"):
-        if tmp.is_file():
-            tmp.unlink(missing_ok=True)
+def discard_uncommitted(directory: Path, committed_round: int) -> None:
+    """Delete what a stopped or killed run left beyond the committed round.
+
+    Temporary files of interrupted writes, and checkpoints of rounds after `committed_round`
+    (written by this party, but not by every party): only committed checkpoints stay.
+    """
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        match = _CHECKPOINT.fullmatch(path.name)
+        stale = int(match.group(1)) > committed_round if match else path.name.startswith(".")
+        if stale and path.is_file():
+            path.unlink(missing_ok=True)

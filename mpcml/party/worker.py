@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from mpcml import logs
-from mpcml.config import ConfigError
+from mpcml.config import ConfigError, port_offset
 from mpcml.party.config import PartyConfig
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
@@ -97,7 +97,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             tls=config.tls,
             insecure=config.tls is None,
             session_id=start.job_id if not start.attempt else f"{start.job_id}.{start.attempt}",
-            listen=config.listen,
+            listen=port_offset(config.listen, start.slot),
             device=config.device,
             dealer=_dealer(start, config),
         ) as s:

@@ -10,8 +10,8 @@ import torch
 from mpcml.party.catalogue import DataError
 from mpcml.party.durable import (
     checkpoint_path,
+    discard_uncommitted,
     read_checkpoint,
-    remove_partial,
     write_checkpoint,
 )
 
@@ -33,8 +33,12 @@ def test_only_the_last_two_rounds_are_kept(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3.pt", "checkpoint-4.pt"]
 
 
-def test_leftovers_of_a_killed_write_are_removed_and_checkpoints_kept(tmp_path: Path) -> None:
+def test_leftovers_and_uncommitted_rounds_are_removed_and_committed_checkpoints_kept(
+    tmp_path: Path,
+) -> None:
     write_checkpoint(tmp_path, 1, {"round": 1})
-    (tmp_path / ".checkpoint-2.pt.abc123").write_bytes(b"half")
-    remove_partial(tmp_path)
+    write_checkpoint(tmp_path, 2, {"round": 2})  # this party's, not committed by every party
+    (tmp_path / ".checkpoint-3.pt.abc123").write_bytes(b"half")
+    discard_uncommitted(tmp_path, 1)
     assert [p.name for p in tmp_path.iterdir()] == [checkpoint_path(tmp_path, 1).name]
+    discard_uncommitted(tmp_path / "missing", 0)  # a job that never wrote one

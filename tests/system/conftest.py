@@ -16,6 +16,10 @@ from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 
 H_SPLIT = 228
 """Horizontal split: alice holds the first 228 training rows (by id), bob the rest."""
+MAX_CONCURRENT_JOBS = 2
+"""Every party's `max_concurrent_jobs`: two jobs at once, further ones wait PENDING."""
+LIMITS = {"max_message_bytes": 1 << 20, "max_job_rows": 100_000}
+"""The coordinator's limits: far above what the tests' jobs need, except those that test them."""
 
 
 def _write_csv(path: Path, header: list[str], rows: np.ndarray) -> None:
@@ -53,7 +57,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     )
     _extend_profiles(parties)
     with LocalCluster(
-        root / "run", parties_dir=parties, roster_extra=["dave"], log_level="debug"
+        root / "run",
+        parties_dir=parties,
+        roster_extra=["dave"],
+        log_level="debug",
+        max_concurrent_jobs=MAX_CONCURRENT_JOBS,
+        coordinator_settings=LIMITS,
     ) as c:
         c.start()
         yield c

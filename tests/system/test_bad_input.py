@@ -13,6 +13,7 @@ from mpcml.demo import models
 from mpcml.graph.ops import GraphError
 from mpcml.graph.trace import trace
 from mpcml.proto.v1 import job_pb2 as jpb
+from tests.system.conftest import LIMITS
 
 FEATURES = {"alice": "bc-train", "bob": "bc-train"}
 LABELS = {"carol": "bc-train-labels"}
@@ -125,6 +126,24 @@ CASES = [
         _mutate(lambda s: setattr(s, "task", jpb.TASK_UNSPECIFIED)),
         "INVALID_ARGUMENT",
         "names no task",
+    ),
+    (
+        "too-many-rows",
+        _train(epochs=LIMITS["max_job_rows"] // 455 + 1),
+        "RESOURCE_EXHAUSTED",
+        f"over the coordinator's limit max_job_rows = {LIMITS['max_job_rows']}",
+    ),
+    (
+        "too-large",
+        _mutate(lambda s: setattr(s, "name", "x" * (LIMITS["max_message_bytes"] + 1))),
+        "RESOURCE_EXHAUSTED",
+        f"over this daemon's limit max_message_bytes = {LIMITS['max_message_bytes']}",
+    ),
+    (
+        "far-too-large",  # refused by gRPC before the coordinator reads it
+        _mutate(lambda s: setattr(s, "name", "x" * (3 * LIMITS["max_message_bytes"]))),
+        "RESOURCE_EXHAUSTED",
+        "larger than max",
     ),
 ]
 

@@ -7,6 +7,7 @@ hyper-parameters and batches: accuracy within 1 percentage point, outputs within
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -16,9 +17,9 @@ from mpcml.api.client import Client
 from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
-from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_train
+from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_train, predictions
 from mpcml.proto.v1 import coordinator_pb2 as cpb
-from tests.system.conftest import H_SPLIT
+from tests.system.conftest import H_SPLIT, MAX_CONCURRENT_JOBS
 
 ACCURACY_POINTS = 0.01
 OUTPUT_TOLERANCE = 0.05
@@ -161,9 +162,40 @@ def test_cancel_stops_the_workers_and_frees_the_parties(
         time.sleep(0.5)
     else:
         pytest.fail(f"the workers of job {short} are still running")
+    # Only committed checkpoints stay: no temporary file, no checkpoint of a later round.
+    committed = job.status().committed_round
+    for party in ("alice", "bob", "carol"):
+        left = sorted(
+            p.name for p in (cluster.workdir / party / "state" / "jobs" / job.id).iterdir()
+        )
+        assert left and all(
+            name.startswith("checkpoint-") and int(name[11:-3]) <= committed for name in left
+        ), (party, committed, left)
     # The parties are free: the next job runs.
     follow = client.submit(_digits_job())
     assert follow.wait(timeout=120).state == cpb.COMPLETED
+
+
+def test_a_party_runs_at_most_max_concurrent_jobs_and_queues_the_rest(
+    cluster: LocalCluster, client: Client
+) -> None:
+    count = MAX_CONCURRENT_JOBS + 1
+    with ThreadPoolExecutor(count) as pool:
+        jobs = list(pool.map(lambda _: client.submit(_digits_job()), range(count)))
+    statuses = [job.wait(timeout=240) for job in jobs]
+    assert all(s.state == cpb.COMPLETED for s in statuses), [s.reason for s in statuses]
+    spans = [(s.state_times["STARTING"], s.state_times["COMPLETED"]) for s in statuses]
+    at_once = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert at_once == MAX_CONCURRENT_JOBS, spans  # two ran together, the third waited
+    split = data.digits()
+    net = models.DigitsMLP()
+    net.load_state_dict(torch.load(data_path("bob/models/digits_mlp.pt"), weights_only=True))
+    with torch.no_grad():
+        plain = net(torch.from_numpy(split.x_test)).numpy()
+    for job in jobs:
+        secure, ids = predictions(job.result(), "alice")
+        assert np.array_equal(ids, split.id_test)
+        assert np.abs(secure - plain).max() <= OUTPUT_TOLERANCE
 
 
 def test_data_that_changed_since_registration_fails_the_job_naming_party_and_dataset(

@@ -240,20 +240,22 @@ class DatasetInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., id_column: _Optional[str] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
-    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs")
+    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_JOBS_FIELD_NUMBER: _ClassVar[int]
     party: str
     data_address: str
     device: str
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetInfo]
     models: _containers.RepeatedScalarFieldContainer[str]
     running_jobs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+    max_concurrent_jobs: int
+    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("start", "go", "stop", "vet")
@@ -278,7 +280,7 @@ class VetJob(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., submitter: _Optional[str] = ...) -> None: ...
 
 class StartJob(_message.Message):
-    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt")
+    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt", "slot")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +289,7 @@ class StartJob(_message.Message):
     RESUME_ROUND_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: _job_pb2.JobSpec
     rank: int
@@ -295,7 +298,8 @@ class StartJob(_message.Message):
     resume_round: int
     checkpoint_digest: str
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ..., resume_round: _Optional[int] = ..., checkpoint_digest: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+    slot: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ..., resume_round: _Optional[int] = ..., checkpoint_digest: _Optional[str] = ..., attempt: _Optional[int] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class Peer(_message.Message):
     __slots__ = ("name", "address")
@@ -314,12 +318,14 @@ class GoRound(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class StopJob(_message.Message):
-    __slots__ = ("job_id", "reason")
+    __slots__ = ("job_id", "reason", "committed_round")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_ROUND_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    committed_round: int
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ..., committed_round: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("party", "running_jobs")
