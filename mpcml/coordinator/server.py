@@ -16,7 +16,8 @@ from mpcml.coordinator.service import CoordinatorService, PartyControlService
 from mpcml.coordinator.store import SqliteJobStore
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
-from mpcml.transport.serving import MessageSizeLimit, add_health_and_reflection, bind
+from mpcml.transport.interceptors import RequestGuard
+from mpcml.transport.serving import add_health_and_reflection, bind
 from mpcml.transport.tls import COORDINATOR_ROLE, TLSFiles, check_certificate
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,13 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
     scheduler = Scheduler(
         store, list(config.roster), config.heartbeat_timeout, max_job_rows=config.max_job_rows
     )
-    size_limit = MessageSizeLimit(config.max_message_bytes, "max_message_bytes")
+    guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="mpcml-coordinator"),
-        interceptors=[size_limit],
+        interceptors=[guard],
         options=[
-            ("grpc.max_receive_message_length", size_limit.hard_limit),
-            ("grpc.max_send_message_length", size_limit.hard_limit),
+            ("grpc.max_receive_message_length", guard.hard_limit),
+            ("grpc.max_send_message_length", guard.hard_limit),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),
             ("grpc.keepalive_time_ms", 10_000),

@@ -139,7 +139,6 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         try:
             job = self.scheduler.submit(request.spec, request.idempotency_key, submitter)
         except SchedulerError as exc:
-            log.info("refused a job from %s: %s", submitter, exc)
             _abort(context, exc.code, str(exc))
         return self._status(job)
 

@@ -27,6 +27,7 @@ from mpcml.dealer.provider import MAX_MESSAGE_BYTES
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
 from mpcml.runtime.prg import KEY_BYTES, ChaChaStream
+from mpcml.transport.interceptors import RequestGuard
 from mpcml.transport.serving import add_health_and_reflection, bind
 from mpcml.transport.tls import (
     DEALER_ROLE,
@@ -38,6 +39,9 @@ from mpcml.transport.tls import (
 
 log = logging.getLogger(__name__)
 
+MAX_REQUEST_BYTES = 1 << 20
+"""Default `max_message_bytes`: dealer requests carry sizes and session ids, never tensors."""
+
 MAX_ELEMENTS = 2**26
 """Largest tuple element served (512 MiB of int64): a bigger request is RESOURCE_EXHAUSTED."""
 SESSION_IDLE_S = 3600.0
@@ -46,16 +50,21 @@ SESSION_IDLE_S = 3600.0
 
 @dataclass(frozen=True)
 class DealerConfig:
-    """What `dealer.toml` holds: `listen`, `[tls]`, `insecure`."""
+    """What `dealer.toml` holds: `listen`, `[tls]`, `insecure`, `max_message_bytes`."""
 
     listen: str
     tls: TLSFiles | None
+    max_message_bytes: int = MAX_REQUEST_BYTES
 
     @classmethod
     def load(cls, path: str | Path) -> DealerConfig:
         """Read the file (and `MPCML_*` overrides)."""
         data, base = cfg.load(path)
-        return cls(listen=str(cfg.need(data, "listen", base)), tls=cfg.tls_files(data, base))
+        return cls(
+            listen=str(cfg.need(data, "listen", base)),
+            tls=cfg.tls_files(data, base),
+            max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_REQUEST_BYTES, base),
+        )
 
 
 @dataclass
@@ -221,10 +230,12 @@ def serve(config: DealerConfig, stop: threading.Event) -> None:
         log.warning("the dealer runs over PLAINTEXT gRPC (insecure): keys travel in the clear")
     else:
         check_certificate(config.tls, DEALER_ROLE)
+    guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="mpcml-dealer"),
+        interceptors=[guard],
         options=[
-            ("grpc.max_receive_message_length", 16 * 2**20),
+            ("grpc.max_receive_message_length", guard.hard_limit),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),

@@ -10,6 +10,7 @@ from torch import nn
 from mpcml.api.client import Client, ClientError
 from mpcml.api.job import Job
 from mpcml.demo import models
+from mpcml.demo.cluster import LocalCluster
 from mpcml.graph.ops import GraphError
 from mpcml.graph.trace import trace
 from mpcml.proto.v1 import job_pb2 as jpb
@@ -150,14 +151,18 @@ CASES = [
 
 @pytest.mark.parametrize("job, code, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_jobs_are_refused_at_submission(
-    client: Client, job: Job, code: str, message: str
+    cluster: LocalCluster, client: Client, job: Job, code: str, message: str
 ) -> None:
-    before = len(client.jobs())
+    log = cluster.logs / "coordinator.log"
+    line = f"refused /mpcml.v1.Coordinator/SubmitJob from analyst: {code}: "
+    before, logged = len(client.jobs()), log.read_text().count(line)
     with pytest.raises(ClientError) as info:
         client.submit(job)
     assert info.value.code.name == code
     assert message in info.value.message, info.value.message
     assert len(client.jobs()) == before
+    if "larger than max" not in message:  # else gRPC refused it before the coordinator saw it
+        assert log.read_text().count(line) == logged + 1, "not logged exactly once"
 
 
 def test_a_model_off_the_whitelist_is_refused_by_name_on_the_client() -> None:
