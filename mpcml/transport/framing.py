@@ -40,6 +40,8 @@ _DATA_TAG = bytes([(15 << 3) | 2])  # Frame.data: field 15, length-delimited
 MAX_VALUE_DEPTH = 32
 MAX_TENSOR_BYTES = 1 << 36
 """Largest tensor a peer may announce (64 GiB): a bound against absurd headers, not a quota."""
+MAX_TENSOR_DIMS = 64
+"""Most dimensions a peer may announce: more would cost minutes of arithmetic on the sizes."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,10 @@ def empty_tensor(header: pb.TensorHeader) -> torch.Tensor:
     dtype = _TORCH_DTYPES.get(header.dtype)
     if dtype is None:
         raise ProtocolError(f"unknown tensor dtype {header.dtype}")
+    if len(header.shape) > MAX_TENSOR_DIMS:
+        raise ProtocolError(
+            f"tensor of {len(header.shape)} dimensions exceeds the limit of {MAX_TENSOR_DIMS}"
+        )
     if any(d < 0 for d in header.shape):
         raise ProtocolError(f"negative dimension in shape {list(header.shape)}")
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -220,7 +226,13 @@ def empty_tensor(header: pb.TensorHeader) -> torch.Tensor:
         )
     if nbytes > MAX_TENSOR_BYTES:
         raise ProtocolError(f"tensor of {nbytes} bytes exceeds the limit of {MAX_TENSOR_BYTES}")
-    return torch.empty(tuple(header.shape), dtype=dtype)
+    try:
+        return torch.empty(tuple(header.shape), dtype=dtype)
+    except RuntimeError as exc:  # never a RuntimeError out of the transport (DESIGN.md 4.2)
+        # Dimensions whose strides overflow int64 (next to a 0), or more memory than there is.
+        raise ProtocolError(
+            f"cannot allocate a tensor of shape {list(header.shape)} and {dtype}: {exc}"
+        ) from None
 
 
 def _byte_view(tensor: torch.Tensor) -> np.ndarray:
@@ -313,6 +325,14 @@ class Assembler:
         self._op = pb.OP_UNSPECIFIED
         self._chunks = 0
         self._chunk = 0
+
+    def finish(self) -> None:
+        """The sender closed its stream: a tensor message still missing chunks was cut short."""
+        if self._tensor is not None:
+            raise ProtocolError(
+                f"the stream was closed inside message {self.next_seq}, after {self._chunk} "
+                f"of its {self._chunks} chunks"
+            )
 
     def feed(self, frame: pb.Frame, data: bytes | memoryview | None = None) -> Message | None:
         """Take one TENSOR or OBJECT frame; returns a message when one is complete.

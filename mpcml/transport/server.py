@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
 from mpcml.proto.v1 import dataplane_pb2 as pb
+from mpcml.transport import options
 from mpcml.transport.errors import PeerFailedError, ProtocolError
 from mpcml.transport.framing import Assembler, WireFrame, parse_frame
 from mpcml.transport.tls import PARTY_ROLE, caller_identity
@@ -29,20 +30,37 @@ class DataPlaneServicer:
     def __init__(self, transport: Transport) -> None:
         self._t = transport
 
+    def _refuse(
+        self,
+        context: grpc.ServicerContext,
+        code: grpc.StatusCode,
+        message: str,
+        level: int = logging.WARNING,
+    ) -> NoReturn:
+        """End the call with `code` and `message`, logged once."""
+        log.log(level, "%s refused a call (%s): %s", self._t.me.label(), code.name, message)
+        context.abort(code, message)
+
     def _check_caller(self, rank: int, session_id: str, context: grpc.ServicerContext) -> None:
         t = self._t
+        # A peer already on its next session retries these: logged, but not as warnings.
         if not t.accepting:
-            context.abort(
+            self._refuse(
+                context,
                 grpc.StatusCode.UNAVAILABLE,
                 f"{t.me.label()} is ending session {t.session_id!r}; retry for the next one",
+                logging.INFO,
             )
         if session_id != t.session_id:
-            context.abort(
+            self._refuse(
+                context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{t.me.label()} serves session {t.session_id!r}, not {session_id!r}",
+                logging.INFO,
             )
         if not 0 <= rank < t.world_size or rank == t.rank:
-            context.abort(
+            self._refuse(
+                context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"rank {rank} is not a peer of {t.me.label()} (world size {t.world_size})",
             )
@@ -62,14 +80,15 @@ class DataPlaneServicer:
                 f"a {PARTY_ROLE!r} certificate may join a data plane"
             )
         if message:
-            t.note_rejection(rank, message)
+            t.note_rejection(rank, message)  # logs it
             context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
         """Answer a peer that is about to open its stream."""
         self._check_caller(request.rank, request.session_id, context)
         if request.world_size != self._t.world_size:
-            context.abort(
+            self._refuse(
+                context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{self._t.me.label()} expects {self._t.world_size} parties, the "
                 f"caller {request.world_size}",
@@ -86,15 +105,18 @@ class DataPlaneServicer:
         try:
             rank = int(metadata.get("mpcml-rank", ""))
         except ValueError:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "missing or malformed mpcml-rank metadata"
+            self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "missing or malformed mpcml-rank metadata",
             )
         self._check_caller(rank, str(metadata.get("mpcml-session", "")), context)
         t = self._t
         peer = t.peers[rank]
         inbox = t.inbound_opened(rank)
         if inbox is None:
-            context.abort(
+            self._refuse(
+                context,
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"{peer.label()} already has a stream open to {t.me.label()}",
             )
@@ -105,6 +127,7 @@ class DataPlaneServicer:
                     raise ProtocolError(wire.error)
                 frame = wire.frame
                 if frame.kind == pb.FRAME_KIND_CLOSE:
+                    assembler.finish()
                     inbox.close()
                     t.inbound_closed(rank)
                     break
@@ -122,8 +145,8 @@ class DataPlaneServicer:
             else:
                 t.fail(
                     PeerFailedError(
-                        f"lost the connection from {peer.label()}: its stream "
-                        "ended without closing the session"
+                        f"lost the connection from {peer.label()}: its stream ended without "
+                        f"closing the session{_oversized_hint(t.chunk_bytes)}"
                     )
                 )
         except ProtocolError as exc:
@@ -132,10 +155,17 @@ class DataPlaneServicer:
         except grpc.RpcError:
             t.fail(
                 PeerFailedError(
-                    f"lost the connection from {peer.label()}: the peer died or became unreachable"
+                    f"lost the connection from {peer.label()}: the peer died or became "
+                    f"unreachable{_oversized_hint(t.chunk_bytes)}"
                 )
             )
         return pb.StreamSummary(messages=assembler.next_seq, bytes=assembler.bytes_received)
+
+
+def _oversized_hint(chunk_bytes: int) -> str:
+    # gRPC ends the call of a frame over the size limit (say, from a peer configured with
+    # larger chunks) as if the peer had died or closed its stream, and does not say so.
+    return f", or it sent a frame larger than {options.max_message_bytes(chunk_bytes)} bytes"
 
 
 def add_to_server(servicer: DataPlaneServicer, server: grpc.Server) -> None:

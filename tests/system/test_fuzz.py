@@ -7,36 +7,21 @@ daemon is still alive and answering. `MPCML_FUZZ_CASES` sets how many cases per 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from mpcml.demo.cluster import LocalCluster
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import dealer_pb2 as dpb
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
-
-CASES = int(os.environ.get("MPCML_FUZZ_CASES", "300"))
-PROPER = {
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.ALREADY_EXISTS,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.UNAUTHENTICATED,
-}
-"""What a daemon may answer to a request it cannot serve."""
-UNDECODABLE = "Exception deserializing request!"
-"""gRPC-python's own INTERNAL reply to bytes that are not the method's message: the handler
-never runs, so no daemon code can answer otherwise."""
+from tests.support.fuzz import CASES, PROPER, UNDECODABLE
+from tests.support.fuzz import mutate as _mutate
+from tests.support.fuzz import payloads as _payloads
 
 # (service, method, a valid request to mutate, who calls: "client" or "alice")
 METHODS: list[tuple[str, str, Any, str]] = [
@@ -68,53 +53,6 @@ METHODS: list[tuple[str, str, Any, str]] = [
     ),
     ("Dealer", "Close", dpb.CloseRequest(session_id="fuzz"), "alice"),
 ]
-
-
-def _mutate(data: bytes, edits: list[tuple[int, int]], cut: int | None) -> bytes:
-    out = bytearray(data)
-    for position, value in edits:
-        if out:
-            out[position % len(out)] = value
-    return bytes(out[:cut] if cut is not None else out)
-
-
-_F = FieldDescriptor
-_SCALARS: dict[int, st.SearchStrategy[Any]] = {
-    _F.TYPE_STRING: st.text(max_size=40),
-    _F.TYPE_BYTES: st.binary(max_size=40),
-    _F.TYPE_BOOL: st.booleans(),
-    _F.TYPE_ENUM: st.integers(-5, 2**31 - 1),  # unknown values included
-    _F.TYPE_INT64: st.integers(-(2**63), 2**63 - 1),
-    _F.TYPE_UINT64: st.integers(0, 2**64 - 1),
-    _F.TYPE_INT32: st.integers(-(2**31), 2**31 - 1),
-    _F.TYPE_UINT32: st.integers(0, 2**32 - 1),
-    _F.TYPE_DOUBLE: st.floats(allow_nan=True),
-}
-
-
-@st.composite
-def _well_formed(draw: st.DrawFn, seed: Any) -> bytes:
-    """The seed message with random values (huge, negative, unknown enums) in its scalar and
-    repeated scalar fields: requests that decode, so the daemon's own checks answer."""
-    message = type(seed)()
-    message.CopyFrom(seed)
-    for field in seed.DESCRIPTOR.fields:
-        strategy = _SCALARS.get(field.type)
-        if strategy is None or not draw(st.booleans()):
-            continue
-        if field.is_repeated:
-            getattr(message, field.name)[:] = draw(st.lists(strategy, max_size=6))
-        else:
-            setattr(message, field.name, draw(strategy))
-    return bytes(message.SerializeToString())
-
-
-def _payloads(seed: Any) -> st.SearchStrategy[Any]:
-    mutations = st.tuples(
-        st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
-        st.one_of(st.none(), st.integers(0, 64)),
-    )
-    return st.one_of(st.binary(max_size=256), mutations, _well_formed(seed), _well_formed(seed))
 
 
 @pytest.mark.parametrize("service, method, seed, caller", METHODS, ids=[m[1] for m in METHODS])
