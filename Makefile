@@ -30,11 +30,13 @@ lint: install
 
 proto: install
 	$(PY) -m mpcml.proto.generate
+	$(PY) -m mpcml.proto.docs
 
 bench: install
 	$(PY) bench/transport.py
 	$(PY) bench/failure_detection.py
 	$(PY) bench/prg.py
+	$(PY) bench/load.py
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
 # and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).

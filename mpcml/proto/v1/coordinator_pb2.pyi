@@ -240,7 +240,7 @@ class DatasetInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., id_column: _Optional[str] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
-    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs")
+    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs", "health_address")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +248,7 @@ class AttachRequest(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_JOBS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     party: str
     data_address: str
     device: str
@@ -255,7 +256,28 @@ class AttachRequest(_message.Message):
     models: _containers.RepeatedScalarFieldContainer[str]
     running_jobs: _containers.RepeatedScalarFieldContainer[str]
     max_concurrent_jobs: int
-    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ...) -> None: ...
+    health_address: str
+    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ..., health_address: _Optional[str] = ...) -> None: ...
+
+class ListPeersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPeersResponse(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedCompositeFieldContainer[PeerEndpoint]
+    def __init__(self, peers: _Optional[_Iterable[_Union[PeerEndpoint, _Mapping]]] = ...) -> None: ...
+
+class PeerEndpoint(_message.Message):
+    __slots__ = ("name", "data_address", "health_address")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data_address: str
+    health_address: str
+    def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., health_address: _Optional[str] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("start", "go", "stop", "vet")
@@ -374,20 +396,32 @@ class Ready(_message.Message):
     def __init__(self, rows: _Optional[int] = ...) -> None: ...
 
 class RoundDone(_message.Message):
-    __slots__ = ("round", "metric_shares", "bytes_sent", "communication_rounds", "seconds", "checkpoint_digest")
+    __slots__ = ("round", "metric_shares", "bytes_sent", "communication_rounds", "seconds", "checkpoint_digest", "traffic")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     round: int
     metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
     bytes_sent: int
     communication_rounds: int
     seconds: float
     checkpoint_digest: str
-    def __init__(self, round: _Optional[int] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., checkpoint_digest: _Optional[str] = ...) -> None: ...
+    traffic: _containers.RepeatedCompositeFieldContainer[PeerTraffic]
+    def __init__(self, round: _Optional[int] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., checkpoint_digest: _Optional[str] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ...) -> None: ...
+
+class PeerTraffic(_message.Message):
+    __slots__ = ("peer", "bytes_sent", "bytes_received")
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    peer: str
+    bytes_sent: int
+    bytes_received: int
+    def __init__(self, peer: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
 
 class MetricShare(_message.Message):
     __slots__ = ("name", "share", "scale")
@@ -400,26 +434,30 @@ class MetricShare(_message.Message):
     def __init__(self, name: _Optional[str] = ..., share: _Optional[int] = ..., scale: _Optional[int] = ...) -> None: ...
 
 class Finished(_message.Message):
-    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds")
+    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic")
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
     bytes_sent: int
     communication_rounds: int
-    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ...) -> None: ...
+    traffic: _containers.RepeatedCompositeFieldContainer[PeerTraffic]
+    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ...) -> None: ...
 
 class Failure(_message.Message):
-    __slots__ = ("reason", "round", "peer")
+    __slots__ = ("reason", "round", "peer", "traffic")
     REASON_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     reason: str
     round: int
     peer: bool
-    def __init__(self, reason: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[bool] = ...) -> None: ...
+    traffic: _containers.RepeatedCompositeFieldContainer[PeerTraffic]
+    def __init__(self, reason: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[bool] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
     __slots__ = ()

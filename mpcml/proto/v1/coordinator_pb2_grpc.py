@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class CoordinatorStub:
-    """Missing associated documentation comment in .proto file."""
+    """For clients: submit jobs, follow them, read their public results. Every call needs a
+    client certificate from the deployment's CA (mutual TLS: without one the TLS handshake
+    fails) whose role is "client"; another role is PERMISSION_DENIED. Refusals are gRPC
+    statuses whose message names the problem.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -77,43 +81,57 @@ class CoordinatorStub:
 
 
 class CoordinatorServicer:
-    """Missing associated documentation comment in .proto file."""
+    """For clients: submit jobs, follow them, read their public results. Every call needs a
+    client certificate from the deployment's CA (mutual TLS: without one the TLS handshake
+    fails) whose role is "client"; another role is PERMISSION_DENIED. Refusals are gRPC
+    statuses whose message names the problem.
+    """
 
     def SubmitJob(self, request, context):
-        """Validates the job against the registered parties' catalogues and queues it.
-        INVALID_ARGUMENT or FAILED_PRECONDITION name what is wrong.
+        """Validates the job against the registered parties' catalogues, has every party of the job
+        vet it against its own policy, stores it PENDING and returns its status. INVALID_ARGUMENT
+        (the spec itself is wrong) or FAILED_PRECONDITION (a party is not registered) name what is
+        wrong; PERMISSION_DENIED when a party's policy refuses the job; RESOURCE_EXHAUSTED over
+        the coordinator's `max_job_rows`; ALREADY_EXISTS for a reused idempotency key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One job's status now. NOT_FOUND for an unknown id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every job the coordinator knows, in submission order, or only those in one state.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchJob(self, request, context):
-        """The job's events from `after_seq` on, live until the job ends.
+        """The job's events from `after_seq` on, live until the job ends: the stream closes (OK) once
+        the job is COMPLETED, FAILED or CANCELLED and every event was sent. A client that lost the
+        stream calls again with the last `seq` it saw and misses nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cancels a job that has not ended and stops its workers; FAILED_PRECONDITION once it has.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResumeJob(self, request, context):
-        """Run a FAILED job again from its last committed round (every party's checkpoint of it).
+        """Run a FAILED job again from its last committed round (every party's checkpoint of it): a
+        train job goes on after that round, infer and evaluate jobs run again from the start. Only
+        the job's submitter may (PERMISSION_DENIED); any other state is FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,14 +139,16 @@ class CoordinatorServicer:
 
     def GetResult(self, request, context):
         """Public results: the final status, public metrics and where each recipient party wrote its
-        outputs (the values stay at the parties).
+        outputs (the values stay at the parties). Answers in any state; `outputs` is filled in as
+        the parties finish.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListParties(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The parties registered since the coordinator started, with their public catalogues.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -185,7 +205,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Coordinator:
-    """Missing associated documentation comment in .proto file."""
+    """For clients: submit jobs, follow them, read their public results. Every call needs a
+    client certificate from the deployment's CA (mutual TLS: without one the TLS handshake
+    fails) whose role is "client"; another role is PERMISSION_DENIED. Refusals are gRPC
+    statuses whose message names the problem.
+    """
 
     @staticmethod
     def SubmitJob(request,
@@ -405,7 +429,10 @@ class Coordinator:
 
 
 class PartyControlStub:
-    """Missing associated documentation comment in .proto file."""
+    """For party daemons: registration, liveness and their workers' progress. Every call needs a
+    certificate of role "party"; a request naming another party than the certificate does is
+    PERMISSION_DENIED.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -428,27 +455,49 @@ class PartyControlStub:
                 request_serializer=mpcml_dot_v1_dot_coordinator__pb2.WorkerReport.SerializeToString,
                 response_deserializer=mpcml_dot_v1_dot_coordinator__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.ListPeers = channel.unary_unary(
+                '/mpcml.v1.PartyControl/ListPeers',
+                request_serializer=mpcml_dot_v1_dot_coordinator__pb2.ListPeersRequest.SerializeToString,
+                response_deserializer=mpcml_dot_v1_dot_coordinator__pb2.ListPeersResponse.FromString,
+                _registered_method=True)
 
 
 class PartyControlServicer:
-    """Missing associated documentation comment in .proto file."""
+    """For party daemons: registration, liveness and their workers' progress. Every call needs a
+    certificate of role "party"; a request naming another party than the certificate does is
+    PERMISSION_DENIED.
+    """
 
     def Attach(self, request, context):
         """Registers the calling party (its certificate names it) and streams its assignments
-        until the party or the coordinator goes away.
+        until the party or the coordinator goes away. A party outside the coordinator's roster is
+        PERMISSION_DENIED; a second Attach of the same party replaces the first and fails the jobs
+        it was running.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Heartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Says the party is alive. A party silent for the coordinator's `heartbeat_timeout_s` is
+        marked disconnected and each job it runs fails with a reason naming it.
+        FAILED_PRECONDITION when the party is not attached.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Report(self, request, context):
-        """A job worker's progress: ready, round done, finished or failed.
+        """A job worker's progress: ready, round done, finished or failed; or the party's verdict on
+        a `VetJob`. The party daemon sends them on its workers' behalf.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPeers(self, request, context):
+        """The other parties attached now, with their addresses: what a party's preflight check
+        (`mpcml doctor`) tries to reach. Names and addresses only, never a catalogue.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -472,6 +521,11 @@ def add_PartyControlServicer_to_server(servicer, server):
                     request_deserializer=mpcml_dot_v1_dot_coordinator__pb2.WorkerReport.FromString,
                     response_serializer=mpcml_dot_v1_dot_coordinator__pb2.ReportResponse.SerializeToString,
             ),
+            'ListPeers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPeers,
+                    request_deserializer=mpcml_dot_v1_dot_coordinator__pb2.ListPeersRequest.FromString,
+                    response_serializer=mpcml_dot_v1_dot_coordinator__pb2.ListPeersResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mpcml.v1.PartyControl', rpc_method_handlers)
@@ -481,7 +535,10 @@ def add_PartyControlServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PartyControl:
-    """Missing associated documentation comment in .proto file."""
+    """For party daemons: registration, liveness and their workers' progress. Every call needs a
+    certificate of role "party"; a request naming another party than the certificate does is
+    PERMISSION_DENIED.
+    """
 
     @staticmethod
     def Attach(request,
@@ -554,6 +611,33 @@ class PartyControl:
             '/mpcml.v1.PartyControl/Report',
             mpcml_dot_v1_dot_coordinator__pb2.WorkerReport.SerializeToString,
             mpcml_dot_v1_dot_coordinator__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPeers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpcml.v1.PartyControl/ListPeers',
+            mpcml_dot_v1_dot_coordinator__pb2.ListPeersRequest.SerializeToString,
+            mpcml_dot_v1_dot_coordinator__pb2.ListPeersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class DealerStub:
-    """Missing associated documentation comment in .proto file."""
+    """Correlated randomness for the parties of each job. Only certificates of role "party" may
+    call; each call is checked against the party the request needs (PERMISSION_DENIED).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -52,25 +54,32 @@ class DealerStub:
 
 
 class DealerServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Correlated randomness for the parties of each job. Only certificates of role "party" may
+    call; each call is checked against the party the request needs (PERMISSION_DENIED).
+    """
 
     def Open(self, request, context):
         """Join a job's dealer session; returns this party's key. The caller's certificate must name
-        `parties[rank]`, and every party must give the same parties.
+        `parties[rank]`, and every party must give the same parties. The first Open of a session
+        creates it; its keys are drawn from the operating system's random source.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Correction(self, request, context):
-        """Rank 0's correcting share of the next tuple of the session (in order, by `seq`).
+        """Rank 0's correcting share of the next tuple of the session (in order, by `seq`). Only
+        rank 0 calls it; the other ranks draw all their shares from their keys. NOT_FOUND for an
+        unknown session, FAILED_PRECONDITION for a request out of order, RESOURCE_EXHAUSTED for a
+        tuple of more than 2^26 elements.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Close(self, request, context):
-        """Forget the session.
+        """A party is done with the session; the dealer forgets it once every party closed it (or
+        after an hour unused).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -103,7 +112,9 @@ def add_DealerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Dealer:
-    """Missing associated documentation comment in .proto file."""
+    """Correlated randomness for the parties of each job. Only certificates of role "party" may
+    call; each call is checked against the party the request needs (PERMISSION_DENIED).
+    """
 
     @staticmethod
     def Open(request,
