@@ -11,7 +11,7 @@ from pathlib import Path
 
 import mpcml
 from mpcml import logs
-from mpcml.cli import jobs
+from mpcml.cli import doctor, health, jobs
 from mpcml.security import certs
 
 EXIT_BAD_INPUT = 2
@@ -32,10 +32,12 @@ INSECURE_BANNER = (
 
 def _daemon_start(args: argparse.Namespace) -> None:
     """What every daemon does before it loads its config: the insecure banner, the log level."""
-    logs.level_name(args.log_level)  # a bad level fails before anything starts
+    logs.level_name(args.log_level)  # a bad level or format fails before anything starts
+    json_logs = logs.format_name(args.log_format) == "json"
     if args.insecure:
         os.environ["MPCML_INSECURE"] = "true"
-        print(INSECURE_BANNER, file=sys.stderr, flush=True)
+        banner = logs.json_line(args.command, "warning", INSECURE_BANNER)
+        print(banner if json_logs else INSECURE_BANNER, file=sys.stderr, flush=True)
 
 
 def _coordinator(args: argparse.Namespace) -> int:
@@ -43,7 +45,7 @@ def _coordinator(args: argparse.Namespace) -> int:
 
     _daemon_start(args)
     config = CoordinatorConfig.load(args.config)
-    logs.configure("coordinator", args.log_level)
+    logs.configure("coordinator", args.log_level, args.log_format)
     serve(config, _stop_on_signals())
     return 0
 
@@ -53,7 +55,7 @@ def _dealer(args: argparse.Namespace) -> int:
 
     _daemon_start(args)
     config = DealerConfig.load(args.config)
-    logs.configure("dealer", args.log_level)
+    logs.configure("dealer", args.log_level, args.log_format)
     serve(config, _stop_on_signals())
     return 0
 
@@ -64,7 +66,8 @@ def _party(args: argparse.Namespace) -> int:
 
     _daemon_start(args)
     config = PartyConfig.load(args.config)
-    logs.configure(config.name, args.log_level)
+    logs.configure(config.name, args.log_level, args.log_format)
+    logs.bind(party=config.name)
     daemon = PartyDaemon(config)
     stop = _stop_on_signals()
 
@@ -83,6 +86,23 @@ def _certs(args: argparse.Namespace) -> int:
         print(f"wrote {issued.cert} and {issued.key}")
     elif args.certs_command == "show":
         print(certs.describe(args.file))
+    elif args.certs_command == "setup":
+        identities = []
+        for spec in args.identity:
+            name, _, role = spec.partition(":")
+            if not name or role not in certs.ROLES:
+                raise ValueError(
+                    f"--identity {spec!r}: expected NAME:ROLE, ROLE one of {', '.join(certs.ROLES)}"
+                )
+            identities.append((name, role))
+        owner = None
+        if args.owner:
+            uid, _, gid = args.owner.partition(":")
+            if not uid.isdigit() or not (gid or uid).isdigit():
+                raise ValueError(f"--owner {args.owner!r}: expected UID:GID, numbers")
+            owner = (int(uid), int(gid or uid))
+        written = certs.setup(args.out, identities, tuple(args.san or ()), owner)
+        print(f"wrote {len(written)} files under {args.out}" if written else "nothing to do")
     elif args.certs_command == "issue":
         issued = certs.issue(
             args.ca,
@@ -123,6 +143,12 @@ def parser() -> argparse.ArgumentParser:
             default=None,
             help=f"default: ${logs.ENV}, else info (job workers log at the same level)",
         )
+        c.add_argument(
+            "--log-format",
+            choices=logs.FORMATS,
+            default=None,
+            help=f"default: ${logs.FORMAT_ENV}, else text; json: one JSON object per line",
+        )
         c.set_defaults(run=run)
 
     c = sub.add_parser("certs", help="a small CA: make the certificates every channel uses")
@@ -138,9 +164,18 @@ def parser() -> argparse.ArgumentParser:
     ci.add_argument("--days", type=int, default=825)
     ci = cs.add_parser("show", help="name, role, SANs and expiry of a certificate")
     ci.add_argument("file")
+    ci = cs.add_parser(
+        "setup", help="a CA and one folder per holder, DIR/NAME/ (keeps what exists)"
+    )
+    ci.add_argument("--out", required=True)
+    ci.add_argument("--identity", action="append", required=True, help="NAME:ROLE (repeatable)")
+    ci.add_argument("--san", action="append", help="added to every certificate (repeatable)")
+    ci.add_argument("--owner", help="UID:GID to own each holder's folder (a container's user)")
     c.set_defaults(run=_certs)
 
     jobs.add_parsers(sub)
+    health.add_parser(sub)
+    doctor.add_parser(sub)
 
     c = sub.add_parser("demo", help="the whole system on loopback: train, infer, private model")
     c.add_argument("--json", action="store_true", help="end with the results as one JSON line")
@@ -158,8 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except (ValueError, OSError) as exc:  # a bad config, an address in use
-        print(f"error: {exc}", file=sys.stderr)
+        print(_error_line(args, f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _error_line(args: argparse.Namespace, text: str) -> str:
+    """`text`, as a JSON line for a daemon that logs JSON (its log stays parseable)."""
+    try:
+        json_logs = hasattr(args, "log_format") and logs.format_name(args.log_format) == "json"
+    except ValueError:  # the bad format is what `text` reports
+        json_logs = False
+    return logs.json_line(args.command, "error", text) if json_logs else text
 
 
 if __name__ == "__main__":

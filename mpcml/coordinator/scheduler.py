@@ -9,11 +9,13 @@ every party reported DONE r. The first failure of any party fails the job and st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +121,8 @@ class Run:
     finished: dict[str, cpb.Finished] = field(default_factory=dict)
     echo: tuple[float, str] | None = None
     """(when, reason) of the first failure that only echoes a peer's."""
+    starts: dict[str, cpb.StartJob] = field(default_factory=dict)
+    """What each party was told to start, to tell it again if it never heard."""
 
 
 def reconstruct(shares: list[cpb.MetricShare]) -> dict[str, float]:
@@ -144,8 +148,11 @@ class Scheduler:
         roster: list[str],
         heartbeat_timeout: float = 15.0,
         max_job_rows: int | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.store = store
+        self.on_event = on_event
+        """Called with every event as it is stored, under the scheduler's lock (the metrics)."""
         self.roster = roster
         self.heartbeat_timeout = heartbeat_timeout
         self.max_job_rows = max_job_rows
@@ -172,6 +179,8 @@ class Scheduler:
     def _event(self, job_id: str, kind: str, round: int = 0, **data: Any) -> Event:
         event = self.store.add_event(job_id, kind, round, data)
         self._changed.notify_all()
+        if self.on_event is not None:
+            self.on_event(event)
         return event
 
     def _end(self, job_id: str, state: JobState, reason: str = "") -> None:
@@ -188,7 +197,13 @@ class Scheduler:
             if state != JobState.COMPLETED:
                 stop = cpb.StopJob(job_id=job_id, reason=reason, committed_round=committed)
                 link.assignments.put(cpb.Assignment(stop=stop))
-        log.info("job %s %s %s", job_id, state.value, reason)
+        log.info(
+            "job %s %s %s",
+            job_id,
+            state.value,
+            reason,
+            extra={"job_id": job_id, "round": job.current_round},
+        )
         self._schedule()
 
     # --- parties ----------------------------------------------------------------------------
@@ -203,21 +218,52 @@ class Scheduler:
                     f"({', '.join(self.roster)})",
                 )
             old = self._parties.get(info.party)
-            if old is not None:
-                old.assignments.put(None)
-                for job_id in list(old.jobs):
-                    self._fail(job_id, f"party {info.party!r} re-registered while running it")
             link = PartyLink(info, queue.Queue(), time.monotonic())
             self._parties[info.party] = link
-            log.info("party %s attached from %s", info.party, info.data_address)
+            if old is not None:
+                old.assignments.put(None)
+                for job_id, slot in old.jobs.items():
+                    self._carry_over(job_id, slot, link)
+            log.info(
+                "party %s attached from %s",
+                info.party,
+                info.data_address,
+                extra={"party": info.party},
+            )
             for job_id in info.running_jobs:
                 if job_id not in self._runs:  # e.g. this coordinator restarted during it
-                    reason = f"the coordinator no longer runs job {job_id}"
-                    link.assignments.put(
-                        cpb.Assignment(stop=cpb.StopJob(job_id=job_id, reason=reason))
+                    stop = cpb.StopJob(
+                        job_id=job_id, reason=f"the coordinator no longer runs job {job_id}"
                     )
+                    with contextlib.suppress(JobNotFound):
+                        self.store.get(job_id)
+                        stop.committed_round = self.history(job_id).committed
+                    link.assignments.put(cpb.Assignment(stop=stop))
             self._schedule()
             return link.assignments
+
+    def _carry_over(self, job_id: str, slot: int, link: PartyLink) -> None:
+        """A party attached again while it had a job: go on with it where that is safe.
+
+        Its old stream may have died with assignments in it (a network blip the coordinator
+        had not noticed yet). A worker the party still runs keeps its job, and hears the current
+        round's GO again; a job the party never started (its StartJob was lost) is started
+        again. Otherwise its worker is gone and the job fails.
+        """
+        run = self._runs.get(job_id)
+        party = link.info.party
+        if run is None:
+            return
+        if job_id in link.info.running_jobs:
+            link.jobs[job_id] = slot
+            if party in run.ready and run.round > run.resume_round and party not in run.done:
+                go = cpb.GoRound(job_id=job_id, round=run.round)
+                link.assignments.put(cpb.Assignment(go=go))
+        elif party not in run.ready and party in run.starts:
+            link.jobs[job_id] = slot
+            link.assignments.put(cpb.Assignment(start=run.starts[party]))
+        else:
+            self._fail(job_id, f"party {party!r} re-registered and no longer runs the job")
 
     def detach(self, name: str, assignments: queue.Queue[cpb.Assignment | None]) -> None:
         """The party's Attach stream ended."""
@@ -228,7 +274,7 @@ class Scheduler:
             link.connected = False
             for job_id in list(link.jobs):
                 self._fail(job_id, f"party {name!r} disconnected from the coordinator")
-            log.warning("party %s detached", name)
+            log.warning("party %s detached", name, extra={"party": name})
 
     def heartbeat(self, name: str) -> None:
         """Note that `name` is alive."""
@@ -237,6 +283,19 @@ class Scheduler:
             if link is None or not link.connected:
                 raise SchedulerError("FAILED_PRECONDITION", f"party {name!r} is not attached")
             link.last_seen = time.monotonic()
+
+    def peers(self, caller: str) -> list[cpb.PeerEndpoint]:
+        """The parties attached now but `caller`: names and addresses only."""
+        with self._lock:
+            return [
+                cpb.PeerEndpoint(
+                    name=name,
+                    data_address=link.info.data_address,
+                    health_address=link.info.health_address,
+                )
+                for name, link in sorted(self._parties.items())
+                if link.connected and name != caller
+            ]
 
     def parties(self) -> list[cpb.PartyStatus]:
         """Every party that has registered since the coordinator started."""
@@ -299,7 +358,11 @@ class Scheduler:
                 )
                 self._event(job.job_id, "state", state=JobState.PENDING.value)
                 log.info(
-                    "job %s submitted by %s: %d rounds", job.job_id, submitter, plan.total_rounds
+                    "job %s submitted by %s: %d rounds",
+                    job.job_id,
+                    submitter,
+                    plan.total_rounds,
+                    extra={"job_id": job.job_id},
                 )
                 self._schedule()
             return self.store.get(job.job_id)
@@ -431,23 +494,19 @@ class Scheduler:
         ]
         for rank, (link, slot) in enumerate(zip(links, slots, strict=True)):
             link.jobs[job.job_id] = slot
-            link.assignments.put(
-                cpb.Assignment(
-                    start=cpb.StartJob(
-                        job_id=job.job_id,
-                        spec=spec,
-                        rank=rank,
-                        peers=peers,
-                        total_rounds=history.total_rounds,
-                        resume_round=resume,
-                        checkpoint_digest=history.digests.get(link.info.party, "")
-                        if resume
-                        else "",
-                        attempt=history.resumes,
-                        slot=slot,
-                    )
-                )
+            start = cpb.StartJob(
+                job_id=job.job_id,
+                spec=spec,
+                rank=rank,
+                peers=peers,
+                total_rounds=history.total_rounds,
+                resume_round=resume,
+                checkpoint_digest=history.digests.get(link.info.party, "") if resume else "",
+                attempt=history.resumes,
+                slot=slot,
             )
+            run.starts[link.info.party] = start
+            link.assignments.put(cpb.Assignment(start=start))
 
     def history(self, job_id: str) -> History:
         """The job's progress (`job_history` of its events)."""
@@ -474,7 +533,12 @@ class Scheduler:
                 job_id, "resumed", resume, from_round=resume, total_rounds=history.total_rounds
             )
             self._event(job_id, "state", resume, state=JobState.PENDING.value)
-            log.info("job %s resumed from round %d", job_id, resume)
+            log.info(
+                "job %s resumed from round %d",
+                job_id,
+                resume,
+                extra={"job_id": job_id, "round": resume},
+            )
             self._schedule()
             return self.store.get(job_id)
 
@@ -530,7 +594,13 @@ class Scheduler:
         run.round, run.done, run.round_started = round, {}, time.monotonic()
         self.store.set_round(run.job_id, round)
         self._event(run.job_id, "round_started", round, total_rounds=run.total_rounds)
-        log.debug("job %s: round %d of %d", run.job_id, round, run.total_rounds)
+        log.debug(
+            "job %s: round %d of %d",
+            run.job_id,
+            round,
+            run.total_rounds,
+            extra={"job_id": run.job_id, "round": round},
+        )
         for name in run.parties:
             self._parties[name].assignments.put(
                 cpb.Assignment(go=cpb.GoRound(job_id=run.job_id, round=round))
@@ -547,14 +617,22 @@ class Scheduler:
             return
         shares = [s for d in run.done.values() for s in d.metric_shares]
         metrics = reconstruct(shares) if self._public_metrics(run) else {}
+        seconds = time.monotonic() - run.round_started
         self._event(
             run.job_id,
             "round_done",
             run.round,
             metrics=metrics,
             digests={p: d.checkpoint_digest for p, d in run.done.items()},
-            seconds=time.monotonic() - run.round_started,
+            seconds=seconds,
             total_rounds=run.total_rounds,
+        )
+        log.debug(
+            "job %s: round %d committed after %.2f s",
+            run.job_id,
+            run.round,
+            seconds,
+            extra={"job_id": run.job_id, "round": run.round},
         )
         if run.round < run.total_rounds:
             self._go(run, run.round + 1)
@@ -595,7 +673,12 @@ class Scheduler:
                 if link.connected and silent > self.heartbeat_timeout:
                     link.connected = False
                     link.assignments.put(None)
-                    log.warning("party %s missed its heartbeats for %.0f s", name, silent)
+                    log.warning(
+                        "party %s missed its heartbeats for %.0f s",
+                        name,
+                        silent,
+                        extra={"party": name},
+                    )
                     for job_id in list(link.jobs):
                         self._fail(
                             job_id,

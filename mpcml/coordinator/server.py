@@ -11,6 +11,8 @@ from pathlib import Path
 import grpc
 
 from mpcml import config as cfg
+from mpcml import metrics
+from mpcml.coordinator.metrics import RoundMetrics, SchedulerCollector
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.service import CoordinatorService, PartyControlService
 from mpcml.coordinator.store import SqliteJobStore
@@ -41,6 +43,8 @@ class CoordinatorConfig:
     heartbeat_timeout: float
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_job_rows: int = MAX_JOB_ROWS
+    metrics_address: str = ""
+    """HOST:PORT of the Prometheus endpoint (mpcml/coordinator/metrics.py); empty: none."""
 
     @classmethod
     def load(cls, path: str | Path) -> CoordinatorConfig:
@@ -57,6 +61,7 @@ class CoordinatorConfig:
             heartbeat_timeout=float(data.get("heartbeat_timeout_s", 15)),
             max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_MESSAGE_BYTES, base),
             max_job_rows=cfg.positive_int(data, "max_job_rows", MAX_JOB_ROWS, base),
+            metrics_address=metrics.address(data, base),
         )
 
 
@@ -71,9 +76,15 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         check_certificate(config.tls, COORDINATOR_ROLE)
     config.database.parent.mkdir(parents=True, exist_ok=True)
     store = SqliteJobStore(config.database)
+    registry = metrics.registry()
     scheduler = Scheduler(
-        store, list(config.roster), config.heartbeat_timeout, max_job_rows=config.max_job_rows
+        store,
+        list(config.roster),
+        config.heartbeat_timeout,
+        max_job_rows=config.max_job_rows,
+        on_event=RoundMetrics(registry).observe,
     )
+    registry.register(SchedulerCollector(scheduler))
     guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="mpcml-coordinator"),
@@ -100,10 +111,14 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
     log.info(
         "coordinator listening on %s (port %d), jobs in %s", config.listen, port, config.database
     )
+    endpoint = None
     try:
+        endpoint = metrics.serve(config.metrics_address, registry)
         while not stop.wait(TICK_S):
             scheduler.tick()
     finally:
+        if endpoint is not None:
+            endpoint.stop()
         server.stop(grace=2).wait()
         store.close()
         log.info("coordinator stopped")

@@ -290,6 +290,13 @@ class PartyControlService(cgrpc.PartyControlServicer):
             _abort(context, exc.code, str(exc))
         return cpb.HeartbeatResponse()
 
+    def ListPeers(
+        self, request: cpb.ListPeersRequest, context: grpc.ServicerContext
+    ) -> cpb.ListPeersResponse:
+        """The other attached parties, for the caller's preflight check."""
+        party = _caller(context, "", self.insecure, PARTY_ROLE, "list a party's peers")
+        return cpb.ListPeersResponse(peers=self.scheduler.peers(party))
+
     def Report(
         self, request: cpb.WorkerReport, context: grpc.ServicerContext
     ) -> cpb.ReportResponse:

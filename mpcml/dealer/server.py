@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import NoReturn
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from mpcml import config as cfg
+from mpcml import metrics
 from mpcml.dealer import tuples
+from mpcml.dealer.metrics import DealerMetrics
 from mpcml.dealer.provider import MAX_MESSAGE_BYTES
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
@@ -50,11 +53,16 @@ SESSION_IDLE_S = 3600.0
 
 @dataclass(frozen=True)
 class DealerConfig:
-    """What `dealer.toml` holds: `listen`, `[tls]`, `insecure`, `max_message_bytes`."""
+    """What `dealer.toml` holds.
+
+    `listen`, `[tls]`, `insecure`, `max_message_bytes`, `metrics_address`.
+    """
 
     listen: str
     tls: TLSFiles | None
     max_message_bytes: int = MAX_REQUEST_BYTES
+    metrics_address: str = ""
+    """HOST:PORT of the Prometheus endpoint (mpcml/dealer/metrics.py); empty: none."""
 
     @classmethod
     def load(cls, path: str | Path) -> DealerConfig:
@@ -64,6 +72,7 @@ class DealerConfig:
             listen=str(cfg.need(data, "listen", base)),
             tls=cfg.tls_files(data, base),
             max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_REQUEST_BYTES, base),
+            metrics_address=metrics.address(data, base),
         )
 
 
@@ -82,6 +91,11 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _job(session_id: str) -> dict[str, str]:
+    """The log context of a session: a job worker names its session JOB_ID or JOB_ID.ATTEMPT."""
+    return {"job_id": session_id.partition(".")[0]}
+
+
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     context.abort(code, message)
     raise AssertionError("unreachable")
@@ -90,10 +104,12 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
 class DealerService(pb_grpc.DealerServicer):
     """The `mpcml.v1.Dealer` service."""
 
-    def __init__(self, insecure: bool = False) -> None:
+    def __init__(self, insecure: bool = False, registry: CollectorRegistry | None = None) -> None:
         self.insecure = insecure
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self.metrics = DealerMetrics(registry or CollectorRegistry(), lambda: len(self.sessions))
+        """Counted whether or not anything serves them (`registry` is what the daemon serves)."""
 
     def _caller(self, context: grpc.ServicerContext, expected: str) -> None:
         identity = caller_identity(context)
@@ -141,7 +157,13 @@ class DealerService(pb_grpc.DealerServicer):
                 keys = [os.urandom(KEY_BYTES) for _ in parties]
                 session = Session(parties, [ChaChaStream(k) for k in keys], keys)
                 self.sessions[request.session_id] = session
-                log.info("session %s opened for %s", request.session_id, ", ".join(parties))
+                self.metrics.opened.inc()
+                log.info(
+                    "session %s opened for %s",
+                    request.session_id,
+                    ", ".join(parties),
+                    extra=_job(request.session_id),
+                )
         if session.parties != parties:
             _abort(
                 context,
@@ -195,11 +217,15 @@ class DealerService(pb_grpc.DealerServicer):
                 request.op or "-",
                 list(request.size0),
                 list(request.size1),
+                extra=_job(request.session_id),
             )
             session.used = time.monotonic()
         reply = pb.TupleReply(shape=list(share.shape), data=share.numpy().tobytes())
+        served = reply.ByteSize()
         with session.lock:
-            session.bytes_served += reply.ByteSize()
+            session.bytes_served += served
+        self.metrics.tuples.labels(pb.TupleKind.Name(request.kind).lower()).inc()
+        self.metrics.bytes.inc(served)
         return reply
 
     def Close(self, request: pb.CloseRequest, context: grpc.ServicerContext) -> pb.CloseReply:
@@ -220,6 +246,7 @@ class DealerService(pb_grpc.DealerServicer):
                     request.session_id,
                     session.next_seq,
                     session.bytes_served,
+                    extra=_job(request.session_id),
                 )
         return pb.CloseReply()
 
@@ -242,13 +269,18 @@ def serve(config: DealerConfig, stop: threading.Event) -> None:
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb_grpc.add_DealerServicer_to_server(DealerService(config.tls is None), server)
+    registry = metrics.registry()
+    pb_grpc.add_DealerServicer_to_server(DealerService(config.tls is None, registry), server)
     add_health_and_reflection(server, [pb.DESCRIPTOR.services_by_name["Dealer"].full_name])
     port = bind(server, config.listen, config.tls)
     server.start()
     log.info("dealer listening on %s (port %d)", config.listen, port)
+    endpoint = None
     try:
+        endpoint = metrics.serve(config.metrics_address, registry)
         stop.wait()
     finally:
+        if endpoint is not None:
+            endpoint.stop()
         server.stop(grace=2).wait()
         log.info("dealer stopped")

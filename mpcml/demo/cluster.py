@@ -69,13 +69,28 @@ class LocalCluster:
         log_level: str = "info",
         max_concurrent_jobs: int = 1,
         coordinator_settings: Mapping[str, int] | None = None,
+        metrics: bool = False,
+        log_format: str = "text",
     ) -> None:
         self.workdir = workdir
         self.parties = list(parties)
         self.parties_dir = parties_dir
         self.certs = workdir / "certs"
         self.logs = workdir / "logs"
-        ports = free_ports(2 + len(self.parties), block=max_concurrent_jobs)
+        daemons = ["coordinator", "dealer", *self.parties]
+        n = len(self.parties)
+        ports = free_ports(2 + 2 * n + (len(daemons) if metrics else 0), block=max_concurrent_jobs)
+        self.health_addresses = {
+            p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[2 + n :], strict=False)
+        }
+        """Each party's `grpc.health.v1` endpoint (`health_address`)."""
+        self.metrics_addresses = {
+            name: f"127.0.0.1:{port}"
+            for name, port in zip(daemons, ports[2 + 2 * n :], strict=False)
+        }
+        """Each daemon's Prometheus endpoint (`metrics_address`), when `metrics` is set."""
+        self.log_format = log_format
+        """Every process's `--log-format` (text or json), job workers included."""
         self.coordinator_address = f"127.0.0.1:{ports[0]}"
         self.dealer_address = f"127.0.0.1:{ports[1]}"
         self.max_concurrent_jobs = max_concurrent_jobs
@@ -83,7 +98,8 @@ class LocalCluster:
         self.coordinator_settings = dict(coordinator_settings or {})
         """Extra keys of `coordinator.toml` (its limits)."""
         self.data_addresses = {
-            p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[2:], strict=True)
+            p: f"127.0.0.1:{port}"
+            for p, port in zip(self.parties, ports[2 : 2 + len(self.parties)], strict=True)
         }
         self.heartbeat_timeout = heartbeat_timeout
         self.log_level = log_level
@@ -138,7 +154,12 @@ class LocalCluster:
             "MPCML_STATE_DIR": str(self.workdir / party / "state"),
             "MPCML_RESULTS_DIR": str(self.workdir / party / "results"),
             "MPCML_MAX_CONCURRENT_JOBS": str(self.max_concurrent_jobs),
+            "MPCML_HEALTH_ADDRESS": self.health_addresses[party],
         }
+
+    def metrics_url(self, name: str) -> str:
+        """Where a daemon ("coordinator", "dealer" or a party) serves its metrics."""
+        return f"http://{self.metrics_addresses[name]}/metrics"
 
     def results(self, party: str) -> Path:
         """Where `party` writes what is revealed to it."""
@@ -150,11 +171,14 @@ class LocalCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = (self.logs / f"{name}.log").open("ab")
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MPCML_")}
+        env = {**env, logs.ENV: self.log_level, logs.FORMAT_ENV: self.log_format}
+        if name in self.metrics_addresses:
+            env["MPCML_METRICS_ADDRESS"] = self.metrics_addresses[name]
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "mpcml.cli.main", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**clean, **env, "PYTHONUNBUFFERED": "1", logs.ENV: self.log_level},
+            env={**clean, **env, "PYTHONUNBUFFERED": "1"},
             cwd=self.workdir,
             start_new_session=True,  # its job workers share its process group
         )

@@ -7,6 +7,8 @@ coordinator = "127.0.0.1:7000"
 dealer = "127.0.0.1:7200"          # correlated randomness (mpcml dealer)
 device = "cpu"                     # or "cuda:0"
 max_concurrent_jobs = 1            # workers at once; slot s listens on data_address's port + s
+metrics_address = "127.0.0.1:9102" # optional: Prometheus metrics (mpcml/party/metrics.py)
+health_address = "0.0.0.0:7190"    # optional: grpc.health.v1, SERVING while attached
 [tls]
 ca = "certs/ca.pem"
 cert = "certs/alice.pem"
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mpcml import config as cfg
+from mpcml import metrics
 from mpcml.party.policy import Policy
 from mpcml.transport.tls import TLSFiles
 
@@ -65,6 +68,10 @@ class PartyConfig:
     dealer_name: str = "dealer"
     max_concurrent_jobs: int = 1
     """Jobs this party runs at once; the coordinator queues further ones."""
+    metrics_address: str = ""
+    """HOST:PORT of the daemon's Prometheus endpoint; empty: none."""
+    health_address: str = ""
+    """Where to serve `grpc.health.v1` and reflection (none when empty)."""
 
     @classmethod
     def load(cls, path: str | Path) -> PartyConfig:
@@ -96,7 +103,19 @@ class PartyConfig:
             dealer=str(data.get("dealer", "")),
             dealer_name=str(data.get("dealer_name", "dealer")),
             max_concurrent_jobs=cfg.positive_int(data, "max_concurrent_jobs", 1, base),
+            metrics_address=metrics.address(data, base),
+            health_address=str(data.get("health_address", "")),
         )
+
+    def public_health_address(self) -> str:
+        """Where others reach the health endpoint.
+
+        `data_address`'s host with `health_address`'s port: the latter is often a wildcard.
+        """
+        if not self.health_address:
+            return ""
+        host = self.data_address.rpartition(":")[0]
+        return f"{host}:{self.health_address.rpartition(':')[2]}"
 
     def job_state(self, job_id: str) -> Path:
         """Where this party keeps its shares of a job's state."""

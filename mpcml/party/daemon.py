@@ -8,28 +8,37 @@ retried with exponential back-off and jitter.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import random
 import threading
+import time
+from concurrent import futures
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2
+from grpc_health.v1.health import HealthServicer
+from prometheus_client import CollectorRegistry
 
+from mpcml import logs, metrics
 from mpcml.party import catalogue, policy, worker
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import discard_uncommitted
+from mpcml.party.metrics import PartyMetrics, Totals
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
-from mpcml.transport.serving import channel
+from mpcml.transport.interceptors import RequestGuard
+from mpcml.transport.serving import add_health_and_reflection, bind, channel
 from mpcml.transport.tls import PARTY_ROLE, check_certificate
 
 log = logging.getLogger(__name__)
 
+HEALTH_REQUEST_BYTES = 64 * 1024
+"""Largest request the health endpoint reads: health and reflection requests are tiny."""
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
 STOP_GRACE_S = 5.0
@@ -52,21 +61,33 @@ class WorkerHandle:
     """Set by a StopJob: once the process is gone, discard what is beyond this round."""
     exited: threading.Event = field(default_factory=threading.Event)
     """Set by the relay thread once it reaped the process (the only thread that joins it)."""
+    traffic: Totals = field(default_factory=dict)
+    """The per-peer traffic of its last report, counted in the metrics already."""
 
 
 class PartyDaemon:
     """One party's daemon."""
 
-    def __init__(self, config: PartyConfig) -> None:
+    def __init__(self, config: PartyConfig, registry: CollectorRegistry | None = None) -> None:
         if config.tls is not None:
             check_certificate(config.tls, PARTY_ROLE)
         self.config = config
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._workers: dict[str, WorkerHandle] = {}
+        self._heartbeat_at = time.monotonic()
+        self.registry = registry or metrics.registry()
+        """What `metrics_address` serves; counted into even when nothing serves it."""
+        self.metrics = PartyMetrics(
+            self.registry,
+            running=lambda: len(self._workers),
+            heartbeat_age=lambda: time.monotonic() - self._heartbeat_at,
+        )
+        self._endpoint: metrics.MetricsServer | None = None
         self._channel = channel(config.coordinator, config.tls, config.coordinator_name)
         self._stub = cgrpc.PartyControlStub(self._channel)
         self._ctx = multiprocessing.get_context("spawn")
+        self._health: HealthServicer | None = None
 
     def attach_request(self) -> cpb.AttachRequest:
         """What the party registers with: its catalogue's public description."""
@@ -76,8 +97,9 @@ class PartyDaemon:
             device=self.config.device,
             datasets=[catalogue.describe(e) for e in self.config.datasets.values()],
             models=sorted(self.config.models),
-            running_jobs=sorted(self._workers),
+            running_jobs=self._running(),
             max_concurrent_jobs=self.config.max_concurrent_jobs,
+            health_address=self.config.public_health_address(),
         )
 
     def run(self) -> None:
@@ -86,6 +108,8 @@ class PartyDaemon:
             log.warning(
                 "party %s runs over PLAINTEXT gRPC (insecure): debugging only", self.config.name
             )
+        health = self._serve_health()
+        self._endpoint = metrics.serve(self.config.metrics_address, self.registry)
         request = self.attach_request()
         heartbeat = threading.Thread(target=self._heartbeats, daemon=True, name="heartbeat")
         heartbeat.start()
@@ -120,26 +144,57 @@ class PartyDaemon:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
             request = self.attach_request()
         self.shutdown()
+        if health is not None:
+            health.stop(grace=1).wait()
+
+    def _running(self) -> list[str]:
+        """Jobs whose worker still works: one that reported its end no longer counts."""
+        return sorted(j for j, h in list(self._workers.items()) if not h.ended)
 
     def _cancel_on_stop(self, stream: Any) -> None:
         self.stopping.wait()
         stream.cancel()
 
+    def _serve_health(self) -> grpc.Server | None:
+        """`grpc.health.v1` and reflection on `health_address`: NOT_SERVING until attached."""
+        if not self.config.health_address:
+            return None
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=2),
+            interceptors=[RequestGuard(HEALTH_REQUEST_BYTES, "the health endpoint's limit")],
+        )
+        self._health = add_health_and_reflection(server, [])
+        self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        bind(server, self.config.health_address, self.config.tls)
+        server.start()
+        return server
+
+    def _set_health(self, attached: bool) -> None:
+        if self._health is not None:
+            status = health_pb2.HealthCheckResponse
+            self._health.set("", status.SERVING if attached else status.NOT_SERVING)
+
     def _heartbeats(self) -> None:
         while not self.stopping.wait(self.config.heartbeat_s):
-            with contextlib.suppress(grpc.RpcError):  # the attach loop reports and retries
+            try:
                 self._stub.Heartbeat(
-                    cpb.HeartbeatRequest(
-                        party=self.config.name, running_jobs=sorted(self._workers)
-                    ),
+                    cpb.HeartbeatRequest(party=self.config.name, running_jobs=self._running()),
                     timeout=self.config.heartbeat_s * 2,
                 )
+                self._heartbeat_at = time.monotonic()
+                self._set_health(True)
+            except grpc.RpcError:  # the attach loop reports and retries
+                self._set_health(False)
 
     def _handle(self, assignment: cpb.Assignment) -> None:
         kind = assignment.WhichOneof("kind")
         message = getattr(assignment, kind)
+        job_id = "" if kind == "vet" else message.job_id
         log.debug(
-            "assignment %s for %s", kind, message.request_id if kind == "vet" else message.job_id
+            "assignment %s for %s",
+            kind,
+            job_id or message.request_id,
+            extra={"job_id": job_id, "round": message.round if kind == "go" else None},
         )
         if kind == "start":
             self._start(assignment.start)
@@ -158,10 +213,13 @@ class PartyDaemon:
             try:
                 handle.conn.send_bytes(assignment.SerializeToString())
             except OSError:
-                log.warning("job %s: the worker is gone", handle.job_id)
+                log.warning(
+                    "job %s: the worker is gone", handle.job_id, extra={"job_id": handle.job_id}
+                )
         elif kind == "stop":
             stop = assignment.stop
-            self._stop(stop.job_id, stop.reason, stop.committed_round)
+            known = stop.HasField("committed_round")
+            self._stop(stop.job_id, stop.reason, stop.committed_round if known else None)
         elif kind == "vet":
             self._vet(assignment.vet)
 
@@ -212,16 +270,22 @@ class PartyDaemon:
             child.close()
             handle = WorkerHandle(start.job_id, process, parent, start.slot)
             self._workers[start.job_id] = handle
+        self.metrics.started.inc()
         log.info(
             "job %s: worker %d started as rank %d in slot %d",
             start.job_id,
             process.pid,
             start.rank,
             start.slot,
+            extra={"job_id": start.job_id},
         )
         threading.Thread(target=self._relay, args=(handle,), daemon=True).start()
 
     def _relay(self, handle: WorkerHandle) -> None:
+        with logs.scope(job_id=handle.job_id):
+            self._relay_reports(handle)
+
+    def _relay_reports(self, handle: WorkerHandle) -> None:
         while True:
             try:
                 data = handle.conn.recv_bytes()
@@ -230,11 +294,13 @@ class PartyDaemon:
             report = cpb.WorkerReport.FromString(data)
             if report.WhichOneof("kind") in ("finished", "failed"):
                 handle.ended = True
+            self._observe(handle, report)
             self._report(report)
         handle.process.join()
         handle.exited.set()
         code = handle.process.exitcode
         if not handle.ended:
+            self.metrics.failed.inc()
             how = (
                 f"was killed by signal {-code}"
                 if code is not None and code < 0
@@ -254,6 +320,27 @@ class PartyDaemon:
             discard_uncommitted(self.config.job_state(handle.job_id), committed)
         log.info("job %s: worker exited (%s)", handle.job_id, code)
 
+    def _observe(self, handle: WorkerHandle, report: cpb.WorkerReport) -> None:
+        """Count a worker's report in the metrics, and drop its per-peer traffic.
+
+        Only this daemon's metrics use the traffic; the coordinator never needs it.
+        """
+        kind = report.WhichOneof("kind")
+        body: cpb.RoundDone | cpb.Finished | cpb.Failure
+        if kind == "done":
+            body = report.done
+            self.metrics.rounds.inc()
+        elif kind == "finished":
+            body = report.finished
+            self.metrics.finished.inc()
+        elif kind == "failed":
+            body = report.failed
+            self.metrics.failed.inc()
+        else:
+            return
+        handle.traffic = self.metrics.traffic(handle.traffic, body.traffic)
+        body.ClearField("traffic")
+
     def _report(self, report: cpb.WorkerReport) -> None:
         report.party = self.config.name
         for attempt in range(5):
@@ -272,11 +359,16 @@ class PartyDaemon:
                         "job %s: the coordinator did not take a report: %s",
                         report.job_id,
                         exc.details(),
+                        extra={"job_id": report.job_id},
                     )
                     return
                 if self.stopping.wait(0.5 * 2**attempt):
                     return
-        log.error("job %s: could not deliver a report to the coordinator", report.job_id)
+        log.error(
+            "job %s: could not deliver a report to the coordinator",
+            report.job_id,
+            extra={"job_id": report.job_id},
+        )
 
     def _stop(self, job_id: str, reason: str, committed_round: int | None = None) -> None:
         """Stop the job's worker; with `committed_round`, then discard what is beyond it."""
@@ -289,7 +381,7 @@ class PartyDaemon:
                 discard_uncommitted(self.config.job_state(job_id), committed_round)
             return
         handle.ended = True
-        log.info("job %s: stopping the worker (%s)", job_id, reason)
+        log.info("job %s: stopping the worker (%s)", job_id, reason, extra={"job_id": job_id})
         handle.process.terminate()
         if not handle.exited.wait(STOP_GRACE_S):
             handle.process.kill()
@@ -300,3 +392,6 @@ class PartyDaemon:
         for job_id in list(self._workers):
             self._stop(job_id, "the party daemon is shutting down")
         self._channel.close()
+        if self._endpoint is not None:
+            self._endpoint.stop()
+            self._endpoint = None

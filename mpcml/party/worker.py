@@ -12,12 +12,15 @@ import logging
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpcml import logs
 from mpcml.config import ConfigError, port_offset
 from mpcml.party.config import PartyConfig
 from mpcml.proto.v1 import coordinator_pb2 as cpb
+
+if TYPE_CHECKING:  # the daemon, which imports this module, never loads CrypTen
+    from mpcml.transport.communicator import PeerTraffic
 
 log = logging.getLogger("mpcml.worker")
 
@@ -78,12 +81,24 @@ def _stats(job: Any) -> dict[str, int]:
     return {"bytes_sent": sent, "communication_rounds": rounds}
 
 
+def _traffic(traffic: PeerTraffic | None) -> list[cpb.PeerTraffic]:
+    """Per-peer totals for the party daemon's metrics (it does not relay them further)."""
+    if traffic is None:
+        return []
+    return [
+        cpb.PeerTraffic(peer=peer, bytes_sent=sent, bytes_received=received)
+        for peer, (sent, received) in sorted(traffic.totals().items())
+    ]
+
+
 def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
     """Entry point of the spawned worker process."""
     logs.configure(f"{config.name} worker")
     start = cpb.StartJob.FromString(start_bytes)
+    logs.bind(party=config.name, job_id=start.job_id)
     pipe = _Pipe(conn, start.job_id, config.name)
     round = 0
+    traffic: PeerTraffic | None = None
     try:
         # Imported here: the daemon itself never loads CrypTen.
         from mpcml.party.compute import JobComputation
@@ -101,6 +116,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             device=config.device,
             dealer=_dealer(start, config),
         ) as s:
+            traffic = s.traffic
             job = JobComputation(s, start, config)
             rows = job.load()
             if start.resume_round:
@@ -109,6 +125,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             pipe.send(ready=cpb.Ready(rows=rows))
             for round in range(start.resume_round + 1, start.total_rounds + 1):
                 pipe.wait_go(round)
+                logs.bind(round=round)
                 began = time.monotonic()
                 shares = job.run_round(round)
                 digest = job.checkpoint(round)
@@ -121,11 +138,16 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                         metric_shares=shares,
                         seconds=seconds,
                         checkpoint_digest=digest,
+                        traffic=_traffic(traffic),
                         **stats,
                     )
                 )
             outputs, shares = job.finish()
-            pipe.send(finished=cpb.Finished(outputs=outputs, metric_shares=shares, **_stats(job)))
+            pipe.send(
+                finished=cpb.Finished(
+                    outputs=outputs, metric_shares=shares, traffic=_traffic(traffic), **_stats(job)
+                )
+            )
     except (EOFError, BrokenPipeError):
         log.warning("job %s: the party daemon went away; the worker stops", start.job_id)
         sys.exit(1)
@@ -133,5 +155,9 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
         log.error("job %s failed in round %d: %s", start.job_id, round, exc, exc_info=True)
         peer = type(exc).__name__ == "PeerFailedError"
         with contextlib.suppress(OSError):
-            pipe.send(failed=cpb.Failure(reason=_reason(exc), round=round, peer=peer))
+            pipe.send(
+                failed=cpb.Failure(
+                    reason=_reason(exc), round=round, peer=peer, traffic=_traffic(traffic)
+                )
+            )
         sys.exit(1)

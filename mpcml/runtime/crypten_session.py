@@ -33,7 +33,7 @@ from mpcml.dealer.provider import (  # noqa: E402
 )
 from mpcml.runtime import prg  # noqa: E402
 from mpcml.transport import options  # noqa: E402
-from mpcml.transport.communicator import GrpcCommunicator  # noqa: E402
+from mpcml.transport.communicator import GrpcCommunicator, PeerTraffic  # noqa: E402
 from mpcml.transport.errors import TransportError  # noqa: E402
 from mpcml.transport.link import PeerInfo  # noqa: E402
 from mpcml.transport.tls import TLSFiles, check_certificate  # noqa: E402
@@ -51,6 +51,8 @@ class Session:
     peer_names: tuple[str, ...]
     session_id: str
     transport: Transport
+    traffic: PeerTraffic
+    """Payload bytes sent to and received from each peer; still readable after the session."""
 
     def communication_stats(self) -> dict[str, Any]:
         """CrypTen's counters for this party (rounds, bytes as CrypTen counts them, time).
@@ -192,7 +194,9 @@ def session(
             transport.abort(f"CrypTen failed to start: {exc}")
             raise
         try:
-            yield Session(rank, world_size, names, session_id, transport)
+            communicator = GrpcCommunicator.instance
+            traffic = communicator.traffic if communicator is not None else PeerTraffic([])
+            yield Session(rank, world_size, names, session_id, transport, traffic)
         except TransportError as exc:
             transport.abort(str(exc))
             raise

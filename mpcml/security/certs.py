@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +153,41 @@ def issue(
     issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(issued.key, key)
     return issued
+
+
+def setup(
+    out: str | Path,
+    identities: Sequence[tuple[str, str]],
+    sans: Sequence[str] = (),
+    owner: tuple[int, int] | None = None,
+) -> list[Path]:
+    """A deployment's certificates, one folder per holder; returns the files it wrote.
+
+    `out/ca/` holds the CA; `out/NAME/` holds `ca.pem`, `NAME.pem` and `NAME.key` of each
+    (name, role), so that each service mounts only its own folder. What exists is kept: run
+    again (a restarted one-shot service), it only adds what is missing and never replaces the
+    CA under certificates it signed. `owner` (uid, gid) is given each holder's folder and
+    files, so that a daemon running as that user can read its key (mode 0600).
+    """
+    out = Path(out)
+    ca_dir = out / "ca"
+    written: list[Path] = []
+    if not (ca_dir / "ca.pem").exists():
+        issued = init_ca(ca_dir)
+        written += [issued.cert, issued.key]
+    for name, role in identities:
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "ca.pem").exists():
+            (folder / "ca.pem").write_bytes((ca_dir / "ca.pem").read_bytes())
+            written.append(folder / "ca.pem")
+        if not (folder / f"{name}.pem").exists():
+            issued = issue(ca_dir, name, role=role, sans=tuple(sans), out=folder)
+            written += [issued.cert, issued.key]
+        if owner is not None:
+            for path in (folder, *folder.iterdir()):
+                os.chown(path, *owner)
+    return written
 
 
 def describe(path: str | Path) -> str:

@@ -15,6 +15,7 @@ from crypten.communicator.communicator import Communicator, _logging
 from torch.distributed import ReduceOp
 
 from mpcml.proto.v1 import dataplane_pb2 as pb
+from mpcml.transport import framing
 from mpcml.transport.errors import ProtocolError, TransportError
 from mpcml.transport.transport import Transport
 
@@ -84,6 +85,36 @@ def _split_into(targets: list[torch.Tensor], flat: torch.Tensor) -> list[torch.T
     return [piece.reshape(t.shape) for piece, t in zip(pieces, targets, strict=True)]
 
 
+class PeerTraffic:
+    """Payload bytes this party sent to and received from each peer during the session.
+
+    CrypTen's statistics count only what this party sends, over all peers; the party daemon's
+    per-peer metrics need both directions. Counted per message: a tensor's data, an object's
+    encoded `Value`. Framing and TLS overhead are not included. Every communicator call runs on
+    the computation's thread, so the counters need no lock.
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        """Each rank's party name."""
+        self.sent = [0] * len(names)
+        self.received = [0] * len(names)
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """(bytes sent, bytes received) by peer name, for every peer of the session."""
+        return {
+            name: (self.sent[r], self.received[r])
+            for r, name in enumerate(self.names)
+            if self.sent[r] or self.received[r]
+        }
+
+
+def _payload_bytes(message: framing.Message) -> int:
+    if message.tensor is not None:
+        return message.tensor.numel() * message.tensor.element_size()
+    return framing.to_value(message.value).ByteSize()
+
+
 class GrpcCommunicator(Communicator):  # type: ignore[misc]
     """CrypTen communicator whose messages travel over an `mpcml` `Transport`."""
 
@@ -97,6 +128,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         self.rank = transport.rank
         self.world_size = transport.world_size
         self._name = transport.me.name
+        self.traffic = PeerTraffic([p.name for p in transport.peers])
         self.ttp_initialized = False
         self.reset_communication_stats()
 
@@ -136,20 +168,38 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     def _peers(self) -> list[int]:
         return [r for r in range(self.world_size) if r != self.rank]
 
+    # Every message goes through these four, which count it in `traffic`.
+
+    def _send_tensor(self, dst: int, op: pb.Op, tensor: torch.Tensor) -> None:
+        self.transport.send_tensor(dst, op, tensor)
+        self.traffic.sent[dst] += tensor.numel() * tensor.element_size()
+
+    def _send_object(self, dst: int, op: pb.Op, obj: Any) -> None:
+        self.transport.send_object(dst, op, obj)
+        self.traffic.sent[dst] += framing.to_value(obj).ByteSize()
+
+    def _take(self, src: int, ticket: int, op: pb.Op) -> framing.Message:
+        message = self.transport.take(src, ticket, op)
+        self.traffic.received[src] += _payload_bytes(message)
+        return message
+
+    def _recv(self, src: int, op: pb.Op) -> framing.Message:
+        return self._take(src, self.transport.post_recv(src), op)
+
     def _recv_into(self, target: torch.Tensor, src: int, op: pb.Op, what: str) -> None:
-        _fill(target, self.transport.recv(src, op).tensor_or_raise(), what)
+        _fill(target, self._recv(src, op).tensor_or_raise(), what)
 
     @_counted
     def send(self, tensor: Any, dst: int) -> None:
         """Send `tensor` to `dst`."""
-        self.transport.send_tensor(dst, pb.OP_SEND, tensor.data)
+        self._send_tensor(dst, pb.OP_SEND, tensor.data)
 
     @_counted
     def recv(self, tensor: Any, src: int | None = None) -> Any:
         """Receive a tensor shaped like `tensor` from `src`; returns a new tensor."""
         if src is None:
             raise TransportError("recv needs a source rank")
-        received = self.transport.recv(src, pb.OP_SEND).tensor_or_raise()
+        received = self._recv(src, pb.OP_SEND).tensor_or_raise()
         if type(tensor) is torch.Tensor and tensor.device.type == "cpu":
             _check_fits(tensor, received, f"recv from rank {src}")
             return received.reshape(tensor.shape)
@@ -160,7 +210,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     @_counted
     def isend(self, tensor: Any, dst: int) -> Request:
         """Send without blocking (the data is copied at once)."""
-        self.transport.send_tensor(dst, pb.OP_SEND, tensor.data)
+        self._send_tensor(dst, pb.OP_SEND, tensor.data)
         return Request()
 
     @_counted
@@ -171,7 +221,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         ticket = self.transport.post_recv(src)
 
         def complete() -> None:
-            message = self.transport.take(src, ticket, pb.OP_SEND)
+            message = self._take(src, ticket, pb.OP_SEND)
             _fill(tensor.data, message.tensor_or_raise(), f"irecv from rank {src}")
 
         return Request(complete)
@@ -185,7 +235,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         """Send `scatter_list[i]` from `src` to party i."""
         if src == self.rank:
             for r in self._peers():
-                self.transport.send_tensor(r, pb.OP_SCATTER, scatter_list[r].data)
+                self._send_tensor(r, pb.OP_SCATTER, scatter_list[r].data)
             return scatter_list[self.rank].data
         if size is None:
             size = scatter_list[self.rank].size()
@@ -206,7 +256,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     ) -> None:
         # Fold every peer's (batched, flattened) message into `targets`, in rank order.
         for src in self._peers():
-            received = self.transport.recv(src, op).tensor_or_raise()
+            received = self._recv(src, op).tensor_or_raise()
             for acc, part in zip(targets, _split_into(targets, received), strict=True):
                 combine(acc, part.to(acc.device))
 
@@ -216,7 +266,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         combine = _combine(op)
         inputs = list(input) if batched else [input]
         if self.rank != dst:
-            self.transport.send_tensor(dst, pb.OP_REDUCE, _flat([x.data for x in inputs]))
+            self._send_tensor(dst, pb.OP_REDUCE, _flat([x.data for x in inputs]))
             return None
         result = [x.clone().data for x in inputs] if batched else [input.clone()]
         self._accumulate([r.data for r in result], pb.OP_REDUCE, combine)
@@ -237,7 +287,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
                 target.data.copy_(part)
             return result if batched else result[0]
         for dst in self._peers():
-            self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, flat)
+            self._send_tensor(dst, pb.OP_ALL_REDUCE, flat)
         self._accumulate([r.data for r in result], pb.OP_ALL_REDUCE, combine)
         return result if batched else result[0]
 
@@ -248,17 +298,17 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         # sends 2(n-1)/n of the tensor instead of (n-1) times all of it, in two rounds.
         parts = list(torch.tensor_split(flat, self.world_size))
         for dst in self._peers():
-            self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, parts[dst])
+            self._send_tensor(dst, pb.OP_ALL_REDUCE, parts[dst])
         mine = parts[self.rank].clone()
         for src in self._peers():
-            received = self.transport.recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
+            received = self._recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
             _check_fits(mine, received, f"all_reduce part from rank {src}")
             combine(mine, received.to(mine.device))
         for dst in self._peers():
-            self.transport.send_tensor(dst, pb.OP_ALL_REDUCE, mine)
+            self._send_tensor(dst, pb.OP_ALL_REDUCE, mine)
         parts[self.rank] = mine
         for src in self._peers():
-            received = self.transport.recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
+            received = self._recv(src, pb.OP_ALL_REDUCE).tensor_or_raise()
             _check_fits(parts[src], received, f"all_reduce result from rank {src}")
             parts[src] = received.to(mine.device)
         return torch.cat(parts)
@@ -279,7 +329,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     def gather(self, tensor: Any, dst: int) -> list[Any]:
         """Collect every party's tensor at `dst` (others get `[None]`)."""
         if self.rank != dst:
-            self.transport.send_tensor(dst, pb.OP_GATHER, tensor.data)
+            self._send_tensor(dst, pb.OP_GATHER, tensor.data)
             return [None]
         return self._collect(tensor, pb.OP_GATHER, "gather")
 
@@ -287,7 +337,7 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     def all_gather(self, tensor: Any) -> list[Any]:
         """Every party gets every party's tensor."""
         for dst in self._peers():
-            self.transport.send_tensor(dst, pb.OP_ALL_GATHER, tensor.data)
+            self._send_tensor(dst, pb.OP_ALL_GATHER, tensor.data)
         return self._collect(tensor, pb.OP_ALL_GATHER, "all_gather")
 
     @_counted
@@ -298,9 +348,9 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
         if self.rank == src:
             flat = _flat(targets)
             for dst in self._peers():
-                self.transport.send_tensor(dst, pb.OP_BROADCAST, flat)
+                self._send_tensor(dst, pb.OP_BROADCAST, flat)
         else:
-            received = self.transport.recv(src, pb.OP_BROADCAST).tensor_or_raise()
+            received = self._recv(src, pb.OP_BROADCAST).tensor_or_raise()
             for target, part in zip(targets, _split_into(targets, received), strict=True):
                 _fill(target, part, f"broadcast from rank {src}")
         return input
@@ -309,30 +359,30 @@ class GrpcCommunicator(Communicator):  # type: ignore[misc]
     def barrier(self) -> None:
         """Return once every party has entered the barrier."""
         for dst in self._peers():
-            self.transport.send_object(dst, pb.OP_BARRIER, None)
+            self._send_object(dst, pb.OP_BARRIER, None)
         for src in self._peers():
-            self.transport.recv(src, pb.OP_BARRIER)
+            self._recv(src, pb.OP_BARRIER)
 
     # -- objects (schema'd, never pickled) -----------------------------------------------------
 
     @_counted
     def send_obj(self, obj: Any, dst: int, group: Any = None) -> None:
         """Send a small structured object to `dst`."""
-        self.transport.send_object(dst, pb.OP_OBJECT, obj)
+        self._send_object(dst, pb.OP_OBJECT, obj)
 
     @_counted
     def recv_obj(self, src: int, group: Any = None) -> Any:
         """Receive a small structured object from `src`."""
-        return self.transport.recv(src, pb.OP_OBJECT).value
+        return self._recv(src, pb.OP_OBJECT).value
 
     @_counted
     def broadcast_obj(self, obj: Any, src: int, group: Any = None) -> Any:
         """Every party gets `src`'s object."""
         if self.rank == src:
             for dst in self._peers():
-                self.transport.send_object(dst, pb.OP_OBJECT, obj)
+                self._send_object(dst, pb.OP_OBJECT, obj)
             return obj
-        return self.transport.recv(src, pb.OP_OBJECT).value
+        return self._recv(src, pb.OP_OBJECT).value
 
     # -- identity ------------------------------------------------------------------------------
 

@@ -1,12 +1,14 @@
 """What every daemon does to each call before and after its servicer: the request guard.
 
-One place refuses requests over the daemon's size limit, naming the setting to raise, and logs
-every refused call once, with the caller and the status, so that servicers only abort.
+One place refuses requests over the daemon's size limit, naming the setting to raise, logs
+every refused call once, with the caller and the status, so that servicers only abort, and
+stamps each unary reply with the daemon's clock.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,9 @@ import grpc
 from mpcml.transport.tls import caller_identity
 
 log = logging.getLogger(__name__)
+
+TIME_METADATA = "mpcml-time"
+"""Initial metadata of every unary reply: the daemon's clock (seconds since the epoch)."""
 
 if TYPE_CHECKING:
     _Interceptor = grpc.ServerInterceptor[Any, Any]
@@ -66,6 +71,8 @@ class RequestGuard(_Interceptor):
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 self._check_size(request, context)
+                # The daemon's clock, for `mpcml doctor`'s skew check.
+                context.send_initial_metadata(((TIME_METADATA, f"{time.time():.6f}"),))
                 return behaviour(request, context)
             except Exception as exc:
                 self._refused(method, context, exc)

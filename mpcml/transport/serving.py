@@ -11,8 +11,13 @@ from grpc_reflection.v1alpha import reflection
 from mpcml.transport.tls import TLSFiles, channel_credentials, server_credentials
 
 
-def add_health_and_reflection(server: grpc.Server, services: Sequence[str]) -> None:
-    """Serve `grpc.health.v1` (SERVING for "" and each service) and server reflection."""
+def add_health_and_reflection(
+    server: grpc.Server, services: Sequence[str]
+) -> health.HealthServicer:
+    """Serve `grpc.health.v1` (SERVING for "" and each service) and server reflection.
+
+    Returns the health servicer, for a daemon whose health changes (`set(name, status)`).
+    """
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ("", *services):
@@ -20,6 +25,7 @@ def add_health_and_reflection(server: grpc.Server, services: Sequence[str]) -> N
     reflection.enable_server_reflection(
         (*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    return servicer
 
 
 def bind(server: grpc.Server, address: str, tls: TLSFiles | None) -> int:

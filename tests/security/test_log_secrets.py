@@ -1,16 +1,19 @@
-"""No key, share or input in any log, at any level.
+"""No key, share or input in any log, at any level, in either log format.
 
 Party processes log everything (the root logger at DEBUG, so CrypTen's and gRPC's loggers too)
 and the dealer runs with `--log-level debug`; the test then looks for every representation of
-each secret a party held that a log line could carry.
+each secret a party held that a log line could carry. JSON lines are decoded first, so that
+JSON's escaping cannot hide a value from the search.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.support.parties import party_specs, run_specs_on_dealer
@@ -47,8 +50,21 @@ def leaks(text: str, needles: Iterable[str]) -> list[str]:
     return sorted(n for n in needles if n in text)
 
 
-def test_no_key_share_or_input_in_any_log(tmp_path: Path) -> None:
-    specs = party_specs(tmp_path, 2, "tests.security.scenarios:secrets_of_a_session")
+def decoded(text: str) -> str:
+    """Every value of every JSON line, unescaped; each line must be one JSON object."""
+    values = []
+    for n, line in enumerate(text.splitlines(), 1):
+        record = json.loads(line)
+        assert isinstance(record, dict), f"line {n} is not a JSON object: {line[:200]}"
+        values += [str(v) for v in record.values()]
+    return "\n".join(values)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_no_key_share_or_input_in_any_log(tmp_path: Path, log_format: str) -> None:
+    specs = party_specs(
+        tmp_path, 2, "tests.security.scenarios:secrets_of_a_session", log_format=log_format
+    )
     results = run_specs_on_dealer(tmp_path, specs, timeout=120)
     for r in results:
         assert r.ok, f"rank {r.rank}: {r.error_type}: {r.error}\n{r.traceback}"
@@ -57,7 +73,11 @@ def test_no_key_share_or_input_in_any_log(tmp_path: Path) -> None:
     assert torch.allclose(results[0].value["revealed"], expected, rtol=0.01, atol=1.0)
 
     logs = {p.name: p.read_text() for p in [*tmp_path.glob("rank*.log"), tmp_path / "dealer.log"]}
-    assert all(" DEBUG " in logs[n] or "DEBUG:" in logs[n] for n in logs), "not logging at DEBUG"
+    if log_format == "json":
+        assert all('"level": "debug"' in text for text in logs.values()), "not logging at DEBUG"
+        logs = {name: decoded(text) for name, text in logs.items()}
+    else:
+        assert all(" DEBUG " in t or "DEBUG:" in t for t in logs.values()), "not logging at DEBUG"
     assert "tuple 0: ADDITIVE mul of [8, 8] and [8, 8]" in logs["dealer.log"], "no dealer debug"
     needles: set[str] = set()
     for r in results:
@@ -71,5 +91,6 @@ def test_no_key_share_or_input_in_any_log(tmp_path: Path) -> None:
     key, share, value = results[1].value["keys"][0], results[1].value["shares"][0], b[0, 0]
     for planted in (str(key.numpy().tobytes()), str(share), str(b), f"x={float(value)!r}"):
         assert leaks(planted, needles), planted
+        assert leaks(decoded(json.dumps({"message": planted})), needles), planted  # escaped
     for name, text in logs.items():
         assert not leaks(text, needles), f"{name} logs secrets: {leaks(text, needles)[:5]}"

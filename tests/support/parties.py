@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from mpcml import logs
 from mpcml.demo.cluster import free_ports
 from mpcml.security import certs
 
@@ -63,6 +64,8 @@ def _party_main(spec: PartySpec) -> None:
     out = Path(spec.out)
     # Everything any library logs, at every level, for the tests that read it (rankN.log).
     logging.basicConfig(level=logging.DEBUG, filename=out.with_suffix(".log"), force=True)
+    if spec.kwargs.get("log_format") == "json":  # as `--log-format json` writes them
+        logging.getLogger().handlers[0].setFormatter(logs.JsonFormatter(f"rank{spec.rank}"))
     if spec.kwargs.get("skip_own_certificate_check"):
         # A peer that does not vet its own certificate (another implementation, or a rogue).
         import mpcml.runtime.crypten_session as crypten_session
@@ -249,7 +252,9 @@ def start_looping(tmp: Path, parties: Parties, specs: list[PartySpec]) -> None:
 
 
 @contextmanager
-def dealer_process(tmp: Path, pki: Path, log_level: str = "debug") -> Iterator[str]:
+def dealer_process(
+    tmp: Path, pki: Path, log_level: str = "debug", log_format: str = "text"
+) -> Iterator[str]:
     """`mpcml dealer` as its own process with a 'dealer' certificate from `pki`; yields its
     address and stops it afterwards. It logs to `tmp/dealer.log`."""
     issued = certs.issue(pki, "dealer", role="dealer", sans=("127.0.0.1",), out=tmp / "dealer")
@@ -262,7 +267,7 @@ def dealer_process(tmp: Path, pki: Path, log_level: str = "debug") -> Iterator[s
     log = (tmp / "dealer.log").open("wb")
     command = [sys.executable, "-m", "mpcml.cli.main", "dealer", "--config", str(config)]
     process = subprocess.Popen(
-        [*command, "--log-level", log_level],
+        [*command, "--log-level", log_level, "--log-format", log_format],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -277,10 +282,12 @@ def dealer_process(tmp: Path, pki: Path, log_level: str = "debug") -> Iterator[s
 def run_specs_on_dealer(
     tmp: Path, specs: list[PartySpec], timeout: float = 240.0
 ) -> list[PartyResult]:
-    """`run_specs` with a dealer process (certificate from `tmp/pki`) as every session's."""
+    """`run_specs` with a dealer process (certificate from `tmp/pki`) as every session's; it
+    logs in the specs' `log_format`."""
     from mpcml.dealer.provider import DealerEndpoint
 
-    with dealer_process(tmp, tmp / "pki") as address:
+    log_format = str(specs[0].kwargs.get("log_format", "text"))
+    with dealer_process(tmp, tmp / "pki", log_format=log_format) as address:
         for spec in specs:
             spec.kwargs["session"]["dealer"] = DealerEndpoint(address)
         return run_specs(tmp, specs, timeout)

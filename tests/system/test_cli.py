@@ -180,3 +180,34 @@ def test_a_bad_log_level_exits_2_naming_it(tmp_path: Path) -> None:
     assert variable.returncode == 2, variable.stderr
     assert "log level 'loud' is not one of debug, info, warning, error" in variable.stderr
     assert "Traceback" not in variable.stderr
+
+
+def _doctor(cluster: LocalCluster, party: str, **env: str) -> subprocess.CompletedProcess[str]:
+    config = cluster.parties_dir / party / "party.toml"
+    return subprocess.run(
+        [sys.executable, "-m", "mpcml.cli.main", "doctor", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **cluster.party_env(party), **env},
+        timeout=120,
+    )
+
+
+def test_doctor_finds_a_healthy_party_and_names_what_is_wrong_with_a_broken_one(
+    cluster: LocalCluster,
+) -> None:
+    done = _doctor(cluster, "alice")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert f"OK    coordinator: {cluster.coordinator_address} answers as 'coordinator'" in out
+    assert f"OK    dealer: {cluster.dealer_address} answers as 'dealer'" in out
+    for peer in ("bob", "carol"):
+        assert f"{cluster.health_addresses[peer]} answers as '{peer}': SERVING" in out, out
+    assert "OK    clock vs coordinator: coordinator's clock is" in out
+    assert "SANs alice, localhost, 127.0.0.1" in out
+
+    # The coordinator's address pointing at the dealer: the wrong certificate is named.
+    wrong = _doctor(cluster, "alice", MPCML_COORDINATOR=cluster.dealer_address)
+    assert wrong.returncode == 1
+    assert "presents a certificate for ['dealer', 'localhost'], not 'coordinator'" in wrong.stdout
+    assert "fix: point the address at coordinator" in wrong.stdout
