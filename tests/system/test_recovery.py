@@ -24,7 +24,9 @@ from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import plaintext_train
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
-EPOCHS = 3
+EPOCHS = 1
+BATCHES_PER_ROUND = 3
+"""455 rows in batches of 64: 8 batches, in rounds of 3, 3 and 2."""
 MOMENTUM = 0.5
 SEED = 11
 OUTPUT_TOLERANCE = 0.05
@@ -34,12 +36,13 @@ FAIL_WITHIN_S = 15.0 + 5.0
 
 
 def _train() -> Job:
-    """Three rounds (one epoch each) of logistic regression with momentum."""
+    """Three rounds (one epoch of 8 batches) of logistic regression with momentum."""
     return Job.train(
         model=models.LogisticRegression(),
         features={"alice": "bc-train", "bob": "bc-train-positional"},
         labels={"carol": "bc-train-labels"},
         epochs=EPOCHS,
+        batches_per_round=BATCHES_PER_ROUND,
         momentum=MOMENTUM,
         seed=SEED,
         reveal={"weights": ["carol"]},
