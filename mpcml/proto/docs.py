@@ -15,7 +15,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2 as dpb
 
-from mpcml.proto.generate import PROTO_DIR, PROTO_ROOT, ROOT
+from mpcml.proto.generate import ROOT, protoc
 
 DOCS_FILE = ROOT / "docs" / "api.md"
 
@@ -39,22 +39,9 @@ tools such as grpcurl can list and call its services.
 
 def descriptors() -> dpb.FileDescriptorSet:
     """Every .proto of `protos/mpcml/v1` as protoc parsed it, with its comments."""
-    from grpc_tools import protoc
-
-    protos = sorted(PROTO_DIR.glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "descriptors.pb"
-        include = Path(protoc.__file__).parent / "_proto"
-        args = [
-            "protoc",
-            f"-I{PROTO_ROOT}",
-            f"-I{include}",
-            f"--descriptor_set_out={out}",
-            "--include_source_info",
-            *(str(p) for p in protos),
-        ]
-        if protoc.main(args) != 0:
-            raise SystemExit("protoc failed")
+        protoc(f"--descriptor_set_out={out}", "--include_source_info")
         return dpb.FileDescriptorSet.FromString(out.read_bytes())
 
 

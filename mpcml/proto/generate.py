@@ -18,24 +18,21 @@ OUT_DIR = Path(__file__).resolve().parent / "v1"
 _IMPORT = re.compile(r"^from mpcml\.v1 import ", re.MULTILINE)
 
 
+def protoc(*outputs: str) -> None:
+    """Run protoc over every .proto of `protos/mpcml/v1` with the given output options."""
+    from grpc_tools import protoc as tool
+
+    include = Path(tool.__file__).parent / "_proto"
+    protos = sorted(PROTO_DIR.glob("*.proto"))
+    args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", *outputs, *(str(p) for p in protos)]
+    if tool.main(args) != 0:
+        raise SystemExit("protoc failed")
+
+
 def generate(out_dir: Path) -> list[Path]:
     """Compile every .proto into `out_dir`; returns the files written."""
-    from grpc_tools import protoc
-
-    protos = sorted(PROTO_DIR.glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
-        include = Path(protoc.__file__).parent / "_proto"
-        args = [
-            "protoc",
-            f"-I{PROTO_ROOT}",
-            f"-I{include}",
-            f"--python_out={tmp}",
-            f"--pyi_out={tmp}",
-            f"--grpc_python_out={tmp}",
-            *(str(p) for p in protos),
-        ]
-        if protoc.main(args) != 0:
-            raise SystemExit("protoc failed")
+        protoc(f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}")
         written = []
         out_dir.mkdir(parents=True, exist_ok=True)
         for produced in sorted((Path(tmp) / "mpcml" / "v1").iterdir()):

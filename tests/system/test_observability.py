@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mpcml.demo.cluster import LocalCluster
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.system.test_jobs import _digits_job
-from tests.system.test_security import _data_cells
+from tests.system.test_security import _data_cells, _private_key_lines
 
 PARTIES = ("alice", "bob")
 DAEMONS = ("coordinator", "dealer", *PARTIES)
@@ -158,12 +158,7 @@ def test_every_log_line_is_json_and_the_jobs_lines_carry_its_id(observed: Observ
 
 def test_json_logs_carry_no_private_key_or_data_value(observed: ObservedJob) -> None:
     cluster = observed.cluster
-    keys = {
-        line
-        for path in cluster.certs.glob("*.key")
-        for line in path.read_text().splitlines()
-        if not line.startswith("-----")
-    }
+    keys = _private_key_lines(cluster.certs)
     cells = _data_cells(cluster.parties_dir)
     assert len(keys) > 10 and len(cells) > 1000
     for daemon in DAEMONS:

@@ -193,17 +193,22 @@ def _data_cells(parties_dir: Path) -> set[str]:
     return cells
 
 
+def _private_key_lines(certs: Path) -> set[str]:
+    """The base64 lines of every private key the cluster's CA issued."""
+    return {
+        line
+        for path in certs.glob("*.key")
+        for line in path.read_text().splitlines()
+        if not line.startswith("-----")
+    }
+
+
 def test_no_private_key_or_data_value_in_any_log(cluster: LocalCluster, client: Client) -> None:
     """Every process of this module's cluster logs at DEBUG; after its jobs (and one more that
     trains on every party's data), no log carries a line of a private key or a data value."""
     job = client.submit(Job.train(model=models.LogisticRegression(), epochs=1, **TRAIN))  # type: ignore[arg-type]
     assert job.wait(timeout=240).state == cpb.COMPLETED
-    keys = {
-        line
-        for path in cluster.certs.glob("*.key")
-        for line in path.read_text().splitlines()
-        if not line.startswith("-----")
-    }
+    keys = _private_key_lines(cluster.certs)
     cells = _data_cells(cluster.parties_dir)
     assert len(keys) > 20 and len(cells) > 10_000
     logs = {p.name: p.read_text() for p in cluster.logs.glob("*.log")}
