@@ -17,6 +17,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -75,7 +76,7 @@ worker, after the fork) and no CUDA state (importing them does not initialise CU
 """
 
 
-def worker_context() -> multiprocessing.context.BaseContext:
+def worker_context() -> ForkServerContext:
     """The fork-server context job workers start from, preloading `WORKER_PRELOAD`."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(WORKER_PRELOAD)
