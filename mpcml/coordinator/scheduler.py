@@ -114,6 +114,8 @@ class Run:
     total_rounds: int
     resume_round: int = 0
     """The committed round this run goes on from (0: from the start)."""
+    attempt: int = 0
+    """`StartJob.attempt`: reports of any other run of the job are stale."""
     round: int = 0
     round_started: float = 0.0
     ready: set[str] = field(default_factory=set)
@@ -254,27 +256,41 @@ class Scheduler:
         party = link.info.party
         if run is None:
             return
-        if job_id in link.info.running_jobs:
-            link.jobs[job_id] = slot
-            if party in run.ready and run.round > run.resume_round and party not in run.done:
-                go = cpb.GoRound(job_id=job_id, round=run.round)
-                link.assignments.put(cpb.Assignment(go=go))
-        elif party not in run.ready and party in run.starts:
-            link.jobs[job_id] = slot
+        if party in run.ready and job_id not in link.info.running_jobs:
+            self._fail(job_id, f"party {party!r} attached again and no longer runs the job")
+            return
+        log.info(
+            "job %s: party %s attached again; the job goes on",
+            job_id,
+            party,
+            extra={"job_id": job_id, "party": party},
+        )
+        link.jobs[job_id] = slot
+        if party not in run.ready:  # the party ignores a StartJob its worker already runs
             link.assignments.put(cpb.Assignment(start=run.starts[party]))
-        else:
-            self._fail(job_id, f"party {party!r} re-registered and no longer runs the job")
+        elif run.round > run.resume_round and party not in run.done:
+            go = cpb.GoRound(job_id=job_id, round=run.round, attempt=run.attempt)
+            link.assignments.put(cpb.Assignment(go=go))
 
     def detach(self, name: str, assignments: queue.Queue[cpb.Assignment | None]) -> None:
-        """The party's Attach stream ended."""
+        """The party's Attach stream ended.
+
+        Its jobs go on: a party whose stream broke (a network blip) attaches again and carries
+        them over. `tick` fails them once it has been silent for the heartbeat timeout.
+        """
         with self._lock:
             link = self._parties.get(name)
             if link is None or link.assignments is not assignments:
                 return
             link.connected = False
-            for job_id in list(link.jobs):
-                self._fail(job_id, f"party {name!r} disconnected from the coordinator")
-            log.warning("party %s detached", name, extra={"party": name})
+            log.warning(
+                "party %s detached%s",
+                name,
+                f"; its jobs fail unless it attaches again within {self.heartbeat_timeout:g} s"
+                if link.jobs
+                else "",
+                extra={"party": name},
+            )
 
     def heartbeat(self, name: str) -> None:
         """Note that `name` is alive."""
@@ -483,6 +499,7 @@ class Scheduler:
             history.total_rounds,
             resume_round=resume,
             round=resume,
+            attempt=history.resumes,
         )
         self._runs[job.job_id] = run
         self.store.transition(job.job_id, JobState.STARTING)
@@ -502,7 +519,7 @@ class Scheduler:
                 total_rounds=history.total_rounds,
                 resume_round=resume,
                 checkpoint_digest=history.digests.get(link.info.party, "") if resume else "",
-                attempt=history.resumes,
+                attempt=run.attempt,
                 slot=slot,
             )
             run.starts[link.info.party] = start
@@ -552,6 +569,12 @@ class Scheduler:
                 job = self.job(report.job_id)
                 raise SchedulerError(
                     "FAILED_PRECONDITION", f"job {report.job_id} is not running ({job.state})"
+                )
+            if report.attempt != run.attempt:
+                raise SchedulerError(
+                    "FAILED_PRECONDITION",
+                    f"the report is of run {report.attempt} of job {run.job_id}, which ended; "
+                    f"run {run.attempt} is running",
                 )
             if party not in run.parties:
                 raise SchedulerError(
@@ -603,7 +626,7 @@ class Scheduler:
         )
         for name in run.parties:
             self._parties[name].assignments.put(
-                cpb.Assignment(go=cpb.GoRound(job_id=run.job_id, round=round))
+                cpb.Assignment(go=cpb.GoRound(job_id=run.job_id, round=round, attempt=run.attempt))
             )
 
     def _on_done(self, run: Run, party: str, done: cpb.RoundDone) -> None:
@@ -670,7 +693,9 @@ class Scheduler:
             now = time.monotonic()
             for name, link in self._parties.items():
                 silent = now - link.last_seen
-                if link.connected and silent > self.heartbeat_timeout:
+                if silent <= self.heartbeat_timeout:
+                    continue
+                if link.connected:
                     link.connected = False
                     link.assignments.put(None)
                     log.warning(
@@ -679,12 +704,14 @@ class Scheduler:
                         silent,
                         extra={"party": name},
                     )
-                    for job_id in list(link.jobs):
-                        self._fail(
-                            job_id,
-                            f"party {name!r} sent no heartbeat for {silent:.0f} s "
-                            f"(timeout {self.heartbeat_timeout:.0f} s)",
-                        )
+                    cause = f"sent no heartbeat for {silent:.0f} s"
+                else:
+                    cause = f"detached and was not back after {silent:.0f} s"
+                for job_id in list(link.jobs):
+                    self._fail(
+                        job_id,
+                        f"party {name!r} {cause} (timeout {self.heartbeat_timeout:.0f} s)",
+                    )
             for run in list(self._runs.values()):
                 if run.echo is not None and now - run.echo[0] > PEER_FAILURE_GRACE_S:
                     self._fail(run.job_id, run.echo[1])

@@ -93,6 +93,9 @@ class LocalCluster:
         """Every process's `--log-format` (text or json), job workers included."""
         self.coordinator_address = f"127.0.0.1:{ports[0]}"
         self.dealer_address = f"127.0.0.1:{ports[1]}"
+        self.coordinator_routes: dict[str, str] = {}
+        """The address a party dials for the coordinator where it is not `coordinator_address`
+        (a relay a test cuts); read when the party starts."""
         self.max_concurrent_jobs = max_concurrent_jobs
         """Every party's; each gets that many consecutive data-plane ports."""
         self.coordinator_settings = dict(coordinator_settings or {})
@@ -144,7 +147,7 @@ class LocalCluster:
     def party_env(self, party: str) -> dict[str, str]:
         """The overrides that move a profile into this cluster."""
         return {
-            "MPCML_COORDINATOR": self.coordinator_address,
+            "MPCML_COORDINATOR": self.coordinator_routes.get(party, self.coordinator_address),
             "MPCML_DEALER": self.dealer_address,
             "MPCML_DATA_ADDRESS": self.data_addresses[party],
             "MPCML_LISTEN": self.data_addresses[party],

@@ -57,6 +57,8 @@ class WorkerHandle:
     process: BaseProcess
     conn: Connection
     slot: int
+    attempt: int
+    """The run of the job it works on (`StartJob.attempt`); its reports carry it."""
     ended: bool = False
     """A FINISHED or FAILED report was relayed."""
     committed_round: int | None = None
@@ -219,13 +221,16 @@ class PartyDaemon:
         if kind == "start":
             self._start(assignment.start)
         elif kind == "go":
-            handle = self._workers.get(assignment.go.job_id)
-            if handle is None:
+            go = assignment.go
+            handle = self._workers.get(go.job_id)
+            if handle is None or handle.attempt != go.attempt:
                 self._report(
                     cpb.WorkerReport(
-                        job_id=assignment.go.job_id,
+                        job_id=go.job_id,
+                        attempt=go.attempt,
                         failed=cpb.Failure(
-                            reason="the party has no worker for this job", round=assignment.go.round
+                            reason=f"the party has no worker for run {go.attempt} of this job",
+                            round=go.round,
                         ),
                     )
                 )
@@ -256,6 +261,24 @@ class PartyDaemon:
         )
 
     def _start(self, start: cpb.StartJob) -> None:
+        """Start the job's worker; a StartJob heard again (after a re-attach) changes nothing.
+
+        A worker of an earlier run of the same job (its StopJob was lost with the stream) is
+        stopped first: the coordinator starts a run only once the one before it has ended.
+        """
+        old = self._workers.get(start.job_id)
+        if old is not None and not old.exited.is_set():
+            if old.attempt >= start.attempt:
+                log.info(
+                    "job %s: run %d already runs here; ignoring a StartJob for run %d",
+                    start.job_id,
+                    old.attempt,
+                    start.attempt,
+                    extra={"job_id": start.job_id},
+                )
+                return
+            self._stop(start.job_id, f"run {start.attempt} of the job replaces run {old.attempt}")
+            old.exited.wait(STOP_GRACE_S)
         with self._lock:
             for handle in self._workers.values():
                 # The slot's port is free only once its last worker closed its session.
@@ -276,7 +299,11 @@ class PartyDaemon:
                     f"{self.config.max_concurrent_jobs}"
                 )
                 self._report(
-                    cpb.WorkerReport(job_id=start.job_id, failed=cpb.Failure(reason=reason))
+                    cpb.WorkerReport(
+                        job_id=start.job_id,
+                        attempt=start.attempt,
+                        failed=cpb.Failure(reason=reason),
+                    )
                 )
                 return
             parent, child = self._ctx.Pipe()
@@ -288,7 +315,7 @@ class PartyDaemon:
             )
             process.start()
             child.close()
-            handle = WorkerHandle(start.job_id, process, parent, start.slot)
+            handle = WorkerHandle(start.job_id, process, parent, start.slot, start.attempt)
             self._workers[start.job_id] = handle
         self.metrics.started.inc()
         log.info(
@@ -312,6 +339,7 @@ class PartyDaemon:
             except (EOFError, OSError):
                 break
             report = cpb.WorkerReport.FromString(data)
+            report.attempt = handle.attempt
             if report.WhichOneof("kind") in ("finished", "failed"):
                 handle.ended = True
             self._observe(handle, report)
@@ -329,6 +357,7 @@ class PartyDaemon:
             self._report(
                 cpb.WorkerReport(
                     job_id=handle.job_id,
+                    attempt=handle.attempt,
                     failed=cpb.Failure(reason=f"the job worker process {how} without a report"),
                 )
             )

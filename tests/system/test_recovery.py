@@ -9,9 +9,11 @@ match the uninterrupted run's up to fixed-point noise, not bit for bit: within
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -23,6 +25,7 @@ from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import plaintext_train
 from mpcml.proto.v1 import coordinator_pb2 as cpb
+from tests.support.relay import Relay
 
 EPOCHS = 1
 BATCHES_PER_ROUND = 3
@@ -54,6 +57,28 @@ def _weights(job: JobHandle) -> dict[str, torch.Tensor]:
     return dict(torch.load(output.path, weights_only=True))
 
 
+def _plaintext_weights() -> dict[str, torch.Tensor]:
+    split = data.breast_cancer()
+    model = plaintext_train(
+        models.LogisticRegression(),
+        split.x_train,
+        split.y_train,
+        epochs=EPOCHS,
+        lr=0.1,
+        momentum=MOMENTUM,
+        seed=SEED,
+    )
+    return dict(model.state_dict())
+
+
+def _await_round_2(job: JobHandle) -> None:
+    deadline = time.monotonic() + 120
+    while job.status().current_round < 2:
+        assert job.status().state not in (cpb.FAILED, cpb.CANCELLED, cpb.COMPLETED)
+        assert time.monotonic() < deadline, "round 2 never started"
+        time.sleep(0.1)
+
+
 def _kill_during_round_2(
     cluster: LocalCluster, job: JobHandle, party: str, sig: int = signal.SIGKILL
 ) -> float:
@@ -61,11 +86,7 @@ def _kill_during_round_2(
 
     SIGKILL ends the processes; SIGSTOP freezes them (SIGCONT them afterwards).
     """
-    deadline = time.monotonic() + 120
-    while job.status().current_round < 2:
-        assert job.status().state not in (cpb.FAILED, cpb.CANCELLED, cpb.COMPLETED)
-        assert time.monotonic() < deadline, "round 2 never started"
-        time.sleep(0.1)
+    _await_round_2(job)
     if sig == signal.SIGKILL:
         cluster.stop_process(party, sig)
     else:
@@ -103,16 +124,7 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
 
     secure, uninterrupted = _weights(job), _weights(reference)
-    split = data.breast_cancer()
-    plain = plaintext_train(
-        models.LogisticRegression(),
-        split.x_train,
-        split.y_train,
-        epochs=EPOCHS,
-        lr=0.1,
-        momentum=MOMENTUM,
-        seed=SEED,
-    ).state_dict()
+    plain = _plaintext_weights()
     for key, value in plain.items():
         diff = float((secure[key] - uninterrupted[key]).abs().max())
         assert diff < RESUME_TOLERANCE, f"{key}: resumed and uninterrupted differ by {diff}"
@@ -192,3 +204,38 @@ def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
+
+
+@contextlib.contextmanager
+def _through_relay(cluster: LocalCluster, client: Client, party: str) -> Iterator[Relay]:
+    """Restart `party` reaching the coordinator through a `Relay`; back to direct afterwards."""
+    relay = Relay(cluster.coordinator_address)
+    cluster.coordinator_routes[party] = relay.address
+    try:
+        cluster.stop_process(party)
+        _restart(cluster, client, party)
+        yield relay
+    finally:
+        del cluster.coordinator_routes[party]
+        cluster.stop_process(party)
+        relay.close()
+        _restart(cluster, client, party)
+
+
+def test_a_party_whose_coordinator_link_breaks_mid_round_attaches_again_and_the_job_goes_on(
+    cluster: LocalCluster, client: Client
+) -> None:
+    coordinator_log = cluster.logs / "coordinator.log"
+    with _through_relay(cluster, client, "bob") as relay:
+        job = client.submit(_train())
+        _await_round_2(job)
+        before = len(coordinator_log.read_text())
+        relay.cut()  # bob's Attach stream and heartbeats break; its worker keeps computing
+        final = job.wait(timeout=240)
+        after_cut = coordinator_log.read_text()[before:]
+    assert final.state == cpb.COMPLETED, final.reason
+    assert final.resumes == 0 and [r.round for r in job.result().rounds] == [1, 2, 3]
+    assert f"job {job.id}: party bob attached again; the job goes on" in after_cut, after_cut
+    secure, plain = _weights(job), _plaintext_weights()
+    for key, value in plain.items():
+        assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key

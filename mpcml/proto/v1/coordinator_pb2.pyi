@@ -332,12 +332,14 @@ class Peer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class GoRound(_message.Message):
-    __slots__ = ("job_id", "round")
+    __slots__ = ("job_id", "round", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StopJob(_message.Message):
     __slots__ = ("job_id", "reason", "committed_round")
@@ -362,7 +364,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerReport(_message.Message):
-    __slots__ = ("job_id", "party", "ready", "done", "finished", "failed", "verdict")
+    __slots__ = ("job_id", "party", "ready", "done", "finished", "failed", "verdict", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PARTY_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
@@ -370,6 +372,7 @@ class WorkerReport(_message.Message):
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     party: str
     ready: Ready
@@ -377,7 +380,8 @@ class WorkerReport(_message.Message):
     finished: Finished
     failed: Failure
     verdict: Verdict
-    def __init__(self, job_id: _Optional[str] = ..., party: _Optional[str] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., done: _Optional[_Union[RoundDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., party: _Optional[str] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., done: _Optional[_Union[RoundDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Verdict(_message.Message):
     __slots__ = ("request_id", "allowed", "reason")

@@ -1,0 +1,52 @@
+"""Job workers fork from a server that imported `WORKER_PRELOAD`: it must not touch CUDA.
+
+A process forked from one that initialised CUDA cannot use CUDA (DESIGN.md 4.6), so a GPU
+party's workers depend on the imports leaving CUDA alone. Checked on every machine by making
+each entry point into CUDA record its caller while the modules are imported in a fresh
+interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from mpcml.party.daemon import WORKER_PRELOAD, worker_context
+
+_PROBE = """
+import importlib, json, sys
+import torch
+calls = []
+def recorder(name):
+    def call(*args, **kwargs):
+        calls.append(name)
+        raise RuntimeError(f"torch.cuda.{name} called while importing the worker preload")
+    return call
+for name in ("_lazy_init", "init", "is_available", "device_count", "current_device",
+             "set_device", "get_device_name", "get_device_properties", "manual_seed",
+             "manual_seed_all"):
+    setattr(torch.cuda, name, recorder(name))
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+print(json.dumps({"calls": calls, "initialized": torch.cuda.is_initialized()}))
+"""
+
+
+def test_importing_the_worker_preload_never_touches_cuda() -> None:
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, *WORKER_PRELOAD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert probe.returncode == 0, probe.stderr
+    result = json.loads(probe.stdout.splitlines()[-1])
+    assert result == {"calls": [], "initialized": False}, result
+
+
+def test_workers_start_from_the_fork_server_with_crypten_preloaded() -> None:
+    ctx = worker_context()
+    assert ctx.get_start_method() == "forkserver"
+    assert "crypten" in WORKER_PRELOAD
