@@ -1,6 +1,7 @@
 """Run the parties of an `mpcml.session` as separate OS processes on loopback.
 
-Each party is a fresh interpreter (multiprocessing `spawn`) that opens a real session (gRPC,
+Each party is a process started as the party daemon starts its job workers (forked from a server
+that imported torch and CrypTen once: `worker_context`), that opens a real session (gRPC,
 mutual TLS with certificates made by `mpcml.security.certs`), runs a scenario function and
 writes what it returns to a file the test reads back. Processes are always reaped, even when a
 test fails.
@@ -11,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import multiprocessing as mp
 import subprocess
 import sys
 import time
@@ -26,6 +26,7 @@ import torch
 
 from mpcml import logs
 from mpcml.demo.cluster import free_ports
+from mpcml.party.daemon import worker_context
 from mpcml.security import certs
 
 
@@ -45,7 +46,7 @@ def make_pki(directory: Path, names: Sequence[str]) -> dict[str, dict[str, str]]
 
 @dataclass
 class PartySpec:
-    """Everything one party process needs; plain data so that it crosses `spawn`."""
+    """Everything one party process needs; plain data so that it crosses to the process."""
 
     rank: int
     world_size: int
@@ -127,7 +128,7 @@ class Parties:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.ctx = mp.get_context("spawn")
+        self.ctx = worker_context()
         self.procs: dict[int, Any] = {}
         self.specs: dict[int, PartySpec] = {}
 
