@@ -360,15 +360,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out = check(client, subs, wait_all(client, subs, args.timeout))
                 logs = log_summary(cluster)
                 if out.problems:
-                    for name in ["coordinator", *cluster.parties]:
-                        _say(f"--- {name} log (end) ---\n{cluster.tail(name, 15)}")
+                    _say(cluster.tails())
         except KeyboardInterrupt:
             _say("interrupted: every process the load test started was stopped")
             return 130
         except Exception as exc:
             _say(f"the load test failed: {type(exc).__name__}: {exc}")
-            for name in ["coordinator", *cluster.parties]:
-                _say(f"--- {name} log (end) ---\n{cluster.tail(name, 15)}")
+            _say(cluster.tails())
             return 1
     elapsed = time.monotonic() - began
     print(f"mpcml load test: {args.jobs} small jobs submitted at once to one coordinator")

@@ -251,6 +251,13 @@ class LocalCluster:
             return "(no log)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    def tails(self, lines: int = 15) -> str:
+        """The end of the coordinator's and every party's log, for a report of a failure."""
+        return "\n".join(
+            f"--- {name} log (end) ---\n{self.tail(name, lines)}"
+            for name in ["coordinator", *self.parties]
+        )
+
     def stop_process(self, name: str, sig: int = signal.SIGTERM) -> None:
         """Stop one process and every worker it started."""
         process = self.processes.pop(name, None)

@@ -257,8 +257,7 @@ def main(json_output: bool = False, workdir: Path | None = None, epochs: int | N
             return 130
         except Exception as exc:
             _say(f"the demo failed: {exc}")
-            for name in ["coordinator", *cluster.parties]:
-                _say(f"--- {name} log (end) ---\n{cluster.tail(name, 15)}")
+            _say(cluster.tails())
             return 1
     print(table(rows))
     if json_output:
