@@ -22,7 +22,6 @@ class Relay:
         self.address = f"127.0.0.1:{self.port}"
         self._lock = threading.Lock()
         self._live: list[socket.socket] = []
-        self.cuts = 0
         threading.Thread(target=self._accept, daemon=True, name="relay").start()
 
     def _accept(self) -> None:
@@ -54,7 +53,6 @@ class Relay:
         """Close every connection now open; later ones go through again."""
         with self._lock:
             live, self._live = self._live, []
-            self.cuts += 1
         for s in live:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)  # wakes the pumps blocked on it
