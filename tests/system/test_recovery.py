@@ -206,18 +206,31 @@ def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
 
 
+def _stop_party(cluster: LocalCluster, client: Client, party: str) -> None:
+    """Stop `party` and wait until the coordinator has seen it go.
+
+    Else `_restart` could find the old attachment still listed, and a job submitted next would
+    send its policy check into the stream that is going away.
+    """
+    cluster.stop_process(party)
+    deadline = time.monotonic() + 30
+    while any(p.name == party and p.connected for p in client.parties()):
+        assert time.monotonic() < deadline, f"the coordinator still lists {party} as attached"
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def _through_relay(cluster: LocalCluster, client: Client, party: str) -> Iterator[Relay]:
     """Restart `party` reaching the coordinator through a `Relay`; back to direct afterwards."""
     relay = Relay(cluster.coordinator_address)
     cluster.coordinator_routes[party] = relay.address
     try:
-        cluster.stop_process(party)
+        _stop_party(cluster, client, party)
         _restart(cluster, client, party)
         yield relay
     finally:
         del cluster.coordinator_routes[party]
-        cluster.stop_process(party)
+        _stop_party(cluster, client, party)
         relay.close()
         _restart(cluster, client, party)
 
