@@ -24,6 +24,21 @@ def decode_attrs(node: pb.Node) -> Attrs:
     return out
 
 
+def _check_settings(node: pb.Node, expected: tuple[str, ...]) -> None:
+    """Refuse a setting the op does not take: a silently ignored one could change the meaning."""
+    given = set(node.attrs)
+    problem = ""
+    if given - set(expected):
+        problem = f"has no setting {sorted(given - set(expected))[0]!r}"
+    elif set(expected) - given:
+        problem = f"needs the setting {sorted(set(expected) - given)[0]!r}"
+    if problem:
+        raise GraphError(
+            f"node {node.name!r}: {node.op} {problem} (its settings: "
+            f"{', '.join(expected) or 'none'})"
+        )
+
+
 def validate(graph: pb.Graph) -> None:
     """Refuse a graph this builder cannot run, naming what is wrong."""
     if graph.version != GRAPH_VERSION:
@@ -52,6 +67,7 @@ def validate(graph: pb.Graph) -> None:
                 raise GraphError(
                     f"node {node.name!r} reads {name!r}, which no earlier node or input defines"
                 )
+        _check_settings(node, spec.settings)
         allowed = set(spec.parameters) | set(spec.buffers)
         for p in node.parameters:
             if p.name not in allowed or any(d < 0 for d in p.shape):

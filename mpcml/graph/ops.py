@@ -32,6 +32,8 @@ class OpSpec:
     """Makes the crypten.nn module that computes the op."""
     parameters: tuple[str, ...] = ()
     buffers: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    """The attributes a node of this op carries, no more and no fewer."""
 
 
 def crypten_nn() -> Any:
@@ -70,8 +72,11 @@ def _batch_norm(name: str) -> OpSpec:
         ),
         parameters=("weight", "bias"),
         buffers=("running_mean", "running_var"),
+        settings=("num_features", "eps", "momentum"),
     )
 
+
+_WINDOW = ("kernel_size", "stride", "padding")
 
 SPECS: dict[str, OpSpec] = {
     spec.name: spec
@@ -81,6 +86,7 @@ SPECS: dict[str, OpSpec] = {
             1,
             lambda a: crypten_nn().Linear(a["in_features"], a["out_features"], bias=a["bias"]),
             parameters=("weight", "bias"),
+            settings=("in_features", "out_features", "bias"),
         ),
         OpSpec(
             "Conv2d",
@@ -96,21 +102,32 @@ SPECS: dict[str, OpSpec] = {
                 bias=a["bias"],
             ),
             parameters=("weight", "bias"),
+            settings=(
+                "in_channels",
+                "out_channels",
+                "kernel_size",
+                "stride",
+                "padding",
+                "dilation",
+                "groups",
+                "bias",
+            ),
         ),
         _batch_norm("BatchNorm1d"),
         _batch_norm("BatchNorm2d"),
         OpSpec("ReLU", 1, lambda a: crypten_nn().ReLU()),
         OpSpec("Sigmoid", 1, lambda a: crypten_nn().Sigmoid()),
         OpSpec("Tanh", 1, _unary("tanh")),
-        OpSpec("Softmax", 1, lambda a: crypten_nn().Softmax(a["dim"])),
+        OpSpec("Softmax", 1, lambda a: crypten_nn().Softmax(a["dim"]), settings=("dim",)),
         OpSpec("Flatten", 1, lambda a: crypten_nn().Flatten(axis=1)),
-        OpSpec("Dropout", 1, lambda a: crypten_nn().Dropout(a["p"])),
+        OpSpec("Dropout", 1, lambda a: crypten_nn().Dropout(a["p"]), settings=("p",)),
         OpSpec(
             "MaxPool2d",
             1,
             lambda a: crypten_nn().MaxPool2d(
                 a["kernel_size"], stride=a["stride"], padding=a["padding"]
             ),
+            settings=_WINDOW,
         ),
         OpSpec(
             "AvgPool2d",
@@ -118,8 +135,14 @@ SPECS: dict[str, OpSpec] = {
             lambda a: crypten_nn().AvgPool2d(
                 a["kernel_size"], stride=a["stride"], padding=a["padding"]
             ),
+            settings=_WINDOW,
         ),
-        OpSpec("AdaptiveAvgPool2d", 1, lambda a: crypten_nn().AdaptiveAvgPool2d(a["output_size"])),
+        OpSpec(
+            "AdaptiveAvgPool2d",
+            1,
+            lambda a: crypten_nn().AdaptiveAvgPool2d(a["output_size"]),
+            settings=("output_size",),
+        ),
         OpSpec("Add", 2, lambda a: crypten_nn().Add()),
     ]
 }

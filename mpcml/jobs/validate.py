@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
+from mpcml.graph.build import validate as check_graph
 from mpcml.graph.ops import GraphError
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.spec import COORDINATOR, RoundPlan, parties_in_order, round_plan
@@ -239,6 +240,10 @@ def validate(
         raise SpecError("the job names no split (vertical or horizontal)")
     if not spec.graph.nodes:
         raise SpecError("the job has no model graph")
+    try:
+        check_graph(spec.graph)
+    except GraphError as exc:
+        raise SpecError(f"the model graph is refused: {exc}") from None
     order = _check_parties(spec, parties, roster)
     rows, row_shape = _check_features(spec, parties)
     if rows == 0:

@@ -13,6 +13,7 @@ from mpcml.demo import models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.graph.ops import GraphError
 from mpcml.graph.trace import trace
+from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from tests.system.conftest import LIMITS
 
@@ -80,7 +81,18 @@ CASES = [
         "INVALID_ARGUMENT",
         "labels 'bc-test-labels' of party 'carol' have 114 rows",
     ),
-    ("op-off-whitelist", _with_op("GELU"), "INVALID_ARGUMENT", "op 'GELU' is not supported"),
+    (
+        "op-off-whitelist",
+        _with_op("GELU"),
+        "INVALID_ARGUMENT",
+        "the model graph is refused: node '_0': op 'GELU' is not supported",
+    ),
+    (
+        "unknown-setting",
+        _mutate(lambda s: s.graph.nodes[0].attrs["scale"].CopyFrom(gpb.Attr(f=1e-6))),
+        "INVALID_ARGUMENT",
+        "node '_0': Linear has no setting 'scale' (its settings: in_features, out_features, bias)",
+    ),
     (
         "shape",
         _train(model=nn.Sequential(nn.Linear(20, 1), nn.Sigmoid())),
