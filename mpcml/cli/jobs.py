@@ -16,7 +16,15 @@ from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.transport.tls import TLSFiles
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-BAD_INPUT = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "ALREADY_EXISTS"}
+BAD_INPUT = {
+    "INVALID_ARGUMENT",
+    "FAILED_PRECONDITION",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+}
+"""Refusals of the request itself: exit code 2, as for a malformed job file."""
 
 
 def add_client_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +72,10 @@ def add_parsers(sub: Any) -> None:
     p = command("resume", "run a FAILED job again from its last committed round")
     p.add_argument("job_id")
     p.add_argument("--watch", action="store_true", help="then watch it until it ends")
+    p = jobs.add_parser(
+        "digest", help="the digest of a job file's model, which a party's policy.graphs approves"
+    )
+    p.add_argument("file")
     p = command("parties", "the parties registered with the coordinator")
     p.add_argument(
         "--wait", nargs="+", metavar="NAME", help="first wait until these are registered"
@@ -90,6 +102,11 @@ def _client(args: argparse.Namespace) -> Client:
 
 def _json(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _status_text(s: cpb.JobStatus) -> str:
+    """`_status_line` and the model's digest, which a party's `policy.graphs` approves."""
+    return _status_line(s) + (f"\n  model: {s.graph_digest}" if s.graph_digest else "")
 
 
 def _status_line(s: cpb.JobStatus) -> str:
@@ -141,15 +158,22 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if as_json
         else (lambda _m, t: print(t, file=out))
     )
+    command = args.job_command
+    if command == "digest":  # offline: the model is traced here, nothing is sent
+        from mpcml.graph.digest import graph_digest
+        from mpcml.jobs.jobfile import load
+
+        job, _ = load(args.file)
+        print(graph_digest(job.spec.graph), file=out)
+        return EXIT_OK
     with _client(args) as client:
-        command = args.job_command
         if command == "submit":
             from mpcml.jobs.jobfile import load
 
             job, key = load(args.file)
             handle = client.submit(job, args.idempotency_key or key or None)
             status = handle.status()
-            emit(status, _status_line(status))
+            emit(status, _status_text(status))
             return watch(client, handle.id, out) if args.watch else EXIT_OK
         if command == "list":
             jobs = client.jobs(args.state or cpb.JOB_STATE_UNSPECIFIED)
@@ -173,7 +197,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         handle = client.job(args.job_id)
         if command == "status":
             status = handle.status()
-            emit(status, _status_line(status))
+            emit(status, _status_text(status))
         elif command == "watch":
             return watch(client, args.job_id, out, as_json)
         elif command == "cancel":

@@ -15,6 +15,11 @@ from mpcml.cli import doctor, health, jobs
 from mpcml.security import certs
 
 EXIT_BAD_INPUT = 2
+DESCRIPTION = (
+    "Secure multi-party machine learning: each organisation runs a party daemon, a coordinator "
+    "runs jobs as numbered rounds, and the parties train and run models on secret-shared data "
+    "over gRPC with mutual TLS. Start with `mpcml demo`; README.md has the rest."
+)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -124,7 +129,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    p = argparse.ArgumentParser(prog="mpcml", description=mpcml.__doc__)
+    p = argparse.ArgumentParser(prog="mpcml", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"mpcml {mpcml.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 

@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +33,12 @@ from mpcml.jobs.spec import COORDINATOR, parties_in_order, recipients
 from mpcml.jobs.validate import SpecError, validate
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.transport.tls import CLIENT_ROLE, PARTY_ROLE
 
 log = logging.getLogger(__name__)
+
+READ = "read"
+"""The verb of `Scheduler.authorise` that a job's parties may too."""
 
 VET_TIMEOUT_S = 10.0
 """How long a submission waits for every party's policy verdict."""
@@ -151,8 +155,11 @@ class Scheduler:
         heartbeat_timeout: float = 15.0,
         max_job_rows: int | None = None,
         on_event: Callable[[Event], None] | None = None,
+        admins: Collection[str] = (),
     ) -> None:
         self.store = store
+        self.admins = frozenset(admins)
+        """Client names that may act on every job (`admins` in coordinator.toml)."""
         self.on_event = on_event
         """Called with every event as it is stored, under the scheduler's lock (the metrics)."""
         self.roster = roster
@@ -338,7 +345,7 @@ class Scheduler:
         The same key and spec give the same job.
         """
         with self._lock:
-            spec = self._normalise(spec)
+            spec = self._normalise(spec, submitter)
             registered = {n: p.info for n, p in self._parties.items() if p.connected}
             try:
                 plan = validate(spec, registered, self.roster)
@@ -355,13 +362,19 @@ class Scheduler:
                     f"{self.max_job_rows}",
                 )
             links = {name: self._parties[name] for name in spec.parties}
+            encoded = spec.SerializeToString(deterministic=True)
+            if idempotency_key:  # a retry: the job exists, vetted already
+                try:
+                    existing = self.store.find(submitter, idempotency_key, encoded)
+                except IdempotencyConflict as exc:
+                    raise SchedulerError("ALREADY_EXISTS", str(exc)) from None
+                if existing is not None:
+                    return existing
         self._vet(spec, submitter, links)
         with self._lock:
             key = idempotency_key or f"auto-{time.time_ns()}"
             try:
-                job, created = self.store.create(
-                    submitter, key, spec.SerializeToString(deterministic=True)
-                )
+                job, created = self.store.create(submitter, key, encoded)
             except IdempotencyConflict as exc:
                 raise SchedulerError("ALREADY_EXISTS", str(exc)) from None
             if created:
@@ -420,12 +433,14 @@ class Scheduler:
             pending[party] = verdict
             self._verdict_ready.notify_all()
 
-    def _normalise(self, spec: jpb.JobSpec) -> jpb.JobSpec:
+    def _normalise(self, spec: jpb.JobSpec, submitter: str) -> jpb.JobSpec:
         spec = jpb.JobSpec.FromString(spec.SerializeToString())
         if spec.split == jpb.SPLIT_UNSPECIFIED and len(spec.features) <= 1:
             spec.split = jpb.SPLIT_VERTICAL
         if spec.weights.WhichOneof("source") == "from_job":
-            source = self.job(spec.weights.from_job)
+            source = self.authorise(
+                spec.weights.from_job, submitter, CLIENT_ROLE, "use the model of"
+            )
             trained = jpb.JobSpec.FromString(source.spec)
             if source.state != JobState.COMPLETED or trained.task != jpb.TASK_TRAIN:
                 raise SchedulerError(
@@ -464,6 +479,32 @@ class Scheduler:
             return self.store.get(job_id)
         except JobNotFound as exc:
             raise SchedulerError("NOT_FOUND", str(exc)) from None
+
+    def authorise(self, job_id: str, caller: str, role: str, verb: str) -> Job:
+        """The job, if `caller` may `verb` it; else PERMISSION_DENIED.
+
+        A job belongs to its submitter; admins may act on every job, and a party of a job may
+        read it (`verb` "read").
+        """
+        job = self.job(job_id)
+        if role == CLIENT_ROLE and (caller == job.submitter or caller in self.admins):
+            return job
+        if role == PARTY_ROLE and verb == READ:
+            if caller in jpb.JobSpec.FromString(job.spec).parties:
+                return job
+            raise SchedulerError(
+                "PERMISSION_DENIED", f"party {caller!r} is not a party of job {job_id}"
+            )
+        raise SchedulerError(
+            "PERMISSION_DENIED",
+            f"job {job_id} belongs to another submitter: only its submitter or an admin "
+            f"(`admins` in coordinator.toml) may {verb} it",
+        )
+
+    def jobs_of(self, caller: str, state: JobState | None = None) -> list[Job]:
+        """The jobs `caller` submitted (every job for an admin), in submission order."""
+        jobs = self.store.jobs(state)
+        return jobs if caller in self.admins else [j for j in jobs if j.submitter == caller]
 
     def cancel(self, job_id: str, reason: str) -> Job:
         """Cancel a job that has not ended; its workers are stopped."""
@@ -521,6 +562,7 @@ class Scheduler:
                 checkpoint_digest=history.digests.get(link.info.party, "") if resume else "",
                 attempt=run.attempt,
                 slot=slot,
+                submitter=job.submitter,
             )
             run.starts[link.info.party] = start
             link.assignments.put(cpb.Assignment(start=start))
@@ -529,15 +571,10 @@ class Scheduler:
         """The job's progress (`job_history` of its events)."""
         return job_history(self.store.events(job_id))
 
-    def resume(self, job_id: str, caller: str) -> Job:
+    def resume(self, job_id: str) -> Job:
         """Queue a FAILED job again, to go on from its last committed round."""
         with self._lock:
             job = self.job(job_id)
-            if job.submitter != caller:
-                raise SchedulerError(
-                    "PERMISSION_DENIED",
-                    f"job {job_id} was submitted by {job.submitter!r}; only they may resume it",
-                )
             if job.state != JobState.FAILED:
                 raise SchedulerError(
                     "FAILED_PRECONDITION",

@@ -7,6 +7,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -45,24 +46,33 @@ class CoordinatorConfig:
     max_job_rows: int = MAX_JOB_ROWS
     metrics_address: str = ""
     """HOST:PORT of the Prometheus endpoint (mpcml/coordinator/metrics.py); empty: none."""
+    admins: tuple[str, ...] = ()
+    """Client certificate names that may read, cancel and resume every job, not only their own."""
 
     @classmethod
     def load(cls, path: str | Path) -> CoordinatorConfig:
         """Read the file (and `MPCML_*` overrides)."""
         data, base = cfg.load(path)
-        roster = data.get("parties", [])
-        if isinstance(roster, str):
-            roster = [p for p in roster.split(",") if p]
+        roster, admins = (_names(data, key) for key in ("parties", "admins"))
         return cls(
             listen=str(cfg.need(data, "listen", base)),
             database=cfg.resolve(base, str(data.get("database", "coordinator.db"))),
             tls=cfg.tls_files(data, base),
-            roster=tuple(roster),
+            roster=roster,
             heartbeat_timeout=float(data.get("heartbeat_timeout_s", 15)),
             max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_MESSAGE_BYTES, base),
             max_job_rows=cfg.positive_int(data, "max_job_rows", MAX_JOB_ROWS, base),
             metrics_address=metrics.address(data, base),
+            admins=admins,
         )
+
+
+def _names(data: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A list of names, or one string of comma-separated names (an `MPCML_*` override)."""
+    value = data.get(key, [])
+    if isinstance(value, str):
+        value = [n.strip() for n in value.split(",") if n.strip()]
+    return tuple(str(n) for n in value)
 
 
 def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
@@ -83,6 +93,7 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         config.heartbeat_timeout,
         max_job_rows=config.max_job_rows,
         on_event=RoundMetrics(registry).observe,
+        admins=config.admins,
     )
     registry.register(SchedulerCollector(scheduler))
     guard = RequestGuard(config.max_message_bytes, "max_message_bytes")

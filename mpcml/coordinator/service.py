@@ -13,13 +13,14 @@ from typing import NoReturn
 
 import grpc
 
-from mpcml.coordinator.scheduler import Scheduler, SchedulerError, job_history
+from mpcml.coordinator.scheduler import READ, Scheduler, SchedulerError, job_history
 from mpcml.coordinator.store import TERMINAL, Event, Job, JobState
+from mpcml.graph.digest import graph_digest
 from mpcml.jobs.spec import parties_in_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.proto.v1 import job_pb2 as jpb
-from mpcml.transport.tls import CLIENT_ROLE, PARTY_ROLE, caller_identity
+from mpcml.transport.tls import CLIENT_ROLE, PARTY_ROLE, Identity, caller_identity
 
 log = logging.getLogger(__name__)
 
@@ -31,25 +32,25 @@ def _abort(context: grpc.ServicerContext, code: str, message: str) -> NoReturn:
     raise AssertionError("unreachable")
 
 
-def _caller(
-    context: grpc.ServicerContext, claimed: str, insecure: bool, role: str, what: str
-) -> str:
-    """The caller's certificate name.
+def _identity(
+    context: grpc.ServicerContext, claimed: str, insecure: bool, roles: tuple[str, ...], what: str
+) -> Identity:
+    """The caller's certificate name and role.
 
-    Refuses a call whose certificate has the wrong role or names someone other than the
-    request claims.
+    Refuses a call whose certificate has none of `roles` or names someone other than the
+    request claims. Without TLS (`--insecure`) the caller is who it claims, in the first role.
     """
     identity = caller_identity(context)
     if identity is None:
         if not insecure:
             _abort(context, "UNAUTHENTICATED", "a client certificate is required")
-        return claimed or "anonymous"
-    if identity.role != role:
+        return Identity(claimed or "anonymous", roles[0])
+    if identity.role not in roles:
         _abort(
             context,
             "PERMISSION_DENIED",
             f"certificate {identity.name!r} has role {identity.role or 'none'!r}; only a "
-            f"{role!r} certificate may {what}",
+            f"{roles[0]!r} certificate may {what}",
         )
     if claimed and claimed != identity.name:
         _abort(
@@ -57,7 +58,14 @@ def _caller(
             "PERMISSION_DENIED",
             f"the caller's certificate names {identity.name!r}, the request claims {claimed!r}",
         )
-    return identity.name
+    return identity
+
+
+def _caller(
+    context: grpc.ServicerContext, claimed: str, insecure: bool, role: str, what: str
+) -> str:
+    """The caller's certificate name, which must have `role` (see `_identity`)."""
+    return _identity(context, claimed, insecure, (role,), what).name
 
 
 TFP_WARNING = (
@@ -89,6 +97,7 @@ def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
     history = job_history(events)
     status.total_rounds = history.total_rounds
     status.committed_round, status.resumes = history.committed, history.resumes
+    status.graph_digest = graph_digest(spec.graph)
     for event in events:
         if event.kind in ("round_done", "final_metrics"):
             status.metrics.clear()
@@ -112,17 +121,28 @@ def job_event(event: Event) -> cpb.JobEvent:
 
 
 class CoordinatorService(cgrpc.CoordinatorServicer):
-    """Submit, watch, cancel and read jobs."""
+    """Submit, watch, cancel and read jobs; each job only by those `Scheduler.authorise` lets."""
 
     def __init__(self, scheduler: Scheduler, insecure: bool = False) -> None:
         self.scheduler = scheduler
         self.insecure = insecure
 
-    def _job(self, job_id: str, context: grpc.ServicerContext) -> Job:
+    def _client(self, context: grpc.ServicerContext, what: str) -> str:
+        return _caller(context, "", self.insecure, CLIENT_ROLE, what)
+
+    def _job(
+        self,
+        job_id: str,
+        context: grpc.ServicerContext,
+        verb: str,
+        roles: tuple[str, ...] = (CLIENT_ROLE,),
+    ) -> Job:
+        """The job, if the caller may `verb` it."""
+        caller = _identity(context, "", self.insecure, roles, f"{verb} jobs")
         if not job_id:
             _abort(context, "INVALID_ARGUMENT", "job_id is empty")
         try:
-            return self.scheduler.job(job_id)
+            return self.scheduler.authorise(job_id, caller.name, caller.role, verb)
         except SchedulerError as exc:
             _abort(context, exc.code, str(exc))
 
@@ -133,7 +153,7 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.SubmitJobRequest, context: grpc.ServicerContext
     ) -> cpb.JobStatus:
         """Validate and queue a job."""
-        submitter = _caller(context, "", self.insecure, CLIENT_ROLE, "submit jobs")
+        submitter = self._client(context, "submit jobs")
         if len(request.idempotency_key) > 200:
             _abort(context, "INVALID_ARGUMENT", "the idempotency key is longer than 200 characters")
         try:
@@ -144,14 +164,13 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
 
     def GetJob(self, request: cpb.GetJobRequest, context: grpc.ServicerContext) -> cpb.JobStatus:
         """One job's status."""
-        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
-        return self._status(self._job(request.job_id, context))
+        return self._status(self._job(request.job_id, context, READ, (CLIENT_ROLE, PARTY_ROLE)))
 
     def ListJobs(
         self, request: cpb.ListJobsRequest, context: grpc.ServicerContext
     ) -> cpb.ListJobsResponse:
-        """Jobs in submission order."""
-        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
+        """The caller's jobs in submission order."""
+        who = self._client(context, "read jobs")
         if request.state not in cpb.JobState.values():
             _abort(context, "INVALID_ARGUMENT", f"unknown job state {request.state}")
         state = (
@@ -159,15 +178,15 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
             if request.state == cpb.JOB_STATE_UNSPECIFIED
             else JobState(cpb.JobState.Name(request.state))
         )
-        jobs = self.scheduler.store.jobs(state)
-        return cpb.ListJobsResponse(jobs=[self._status(j) for j in jobs])
+        return cpb.ListJobsResponse(
+            jobs=[self._status(j) for j in self.scheduler.jobs_of(who, state)]
+        )
 
     def WatchJob(
         self, request: cpb.WatchJobRequest, context: grpc.ServicerContext
     ) -> Iterator[cpb.JobEvent]:
         """Events until the job has ended and all were sent."""
-        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
-        job = self._job(request.job_id, context)
+        job = self._job(request.job_id, context, READ, (CLIENT_ROLE, PARTY_ROLE))
         after = request.after_seq
         while context.is_active():
             events = self.scheduler.wait_events(job.job_id, after, WATCH_POLL_S)
@@ -181,8 +200,8 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.CancelJobRequest, context: grpc.ServicerContext
     ) -> cpb.JobStatus:
         """Cancel a job and stop its workers."""
-        who = _caller(context, "", self.insecure, CLIENT_ROLE, "cancel jobs")
-        job = self._job(request.job_id, context)
+        who = self._client(context, "cancel jobs")
+        job = self._job(request.job_id, context, "cancel")
         try:
             job = self.scheduler.cancel(job.job_id, request.reason or f"cancelled by {who}")
         except SchedulerError as exc:
@@ -192,11 +211,10 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
     def ResumeJob(
         self, request: cpb.ResumeJobRequest, context: grpc.ServicerContext
     ) -> cpb.JobStatus:
-        """Queue a FAILED job again from its last committed round; only its submitter may."""
-        who = _caller(context, "", self.insecure, CLIENT_ROLE, "resume jobs")
-        job = self._job(request.job_id, context)
+        """Queue a FAILED job again from its last committed round."""
+        job = self._job(request.job_id, context, "resume")
         try:
-            job = self.scheduler.resume(job.job_id, who)
+            job = self.scheduler.resume(job.job_id)
         except SchedulerError as exc:
             _abort(context, exc.code, str(exc))
         return self._status(job)
@@ -205,8 +223,7 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.GetResultRequest, context: grpc.ServicerContext
     ) -> cpb.JobResult:
         """The public part of a job's results."""
-        _caller(context, "", self.insecure, CLIENT_ROLE, "read jobs")
-        job = self._job(request.job_id, context)
+        job = self._job(request.job_id, context, "read the results of")
         events = self.scheduler.store.events(job.job_id)
         result = cpb.JobResult(status=job_status(job, events, self.insecure))
         for e in events:

@@ -93,6 +93,10 @@ class JobStore(Protocol):
         """The job for (submitter, key): a new PENDING one (True), or the existing (False)."""
         ...
 
+    def find(self, submitter: str, idempotency_key: str, spec: bytes) -> Job | None:
+        """The existing job for (submitter, key), or None; IdempotencyConflict on another spec."""
+        ...
+
     def get(self, job_id: str) -> Job:
         """The job, or JobNotFound."""
         ...
@@ -162,14 +166,25 @@ class MemoryJobStore(JobStore):
         self._keys: dict[tuple[str, str], tuple[str, str]] = {}
         self._events: dict[str, list[Event]] = {}
 
+    def _find(self, submitter: str, idempotency_key: str, spec: bytes) -> Job | None:
+        found = self._keys.get((submitter, idempotency_key))
+        if found is None:
+            return None
+        job_id, digest = found
+        _check_same_spec(submitter, idempotency_key, job_id, digest, spec)
+        return self._jobs[job_id]
+
+    @override
+    def find(self, submitter: str, idempotency_key: str, spec: bytes) -> Job | None:
+        with self._lock:
+            return self._find(submitter, idempotency_key, spec)
+
     @override
     def create(self, submitter: str, idempotency_key: str, spec: bytes) -> tuple[Job, bool]:
         with self._lock:
-            found = self._keys.get((submitter, idempotency_key))
+            found = self._find(submitter, idempotency_key, spec)
             if found is not None:
-                job_id, digest = found
-                _check_same_spec(submitter, idempotency_key, job_id, digest, spec)
-                return self._jobs[job_id], False
+                return found, False
             job = _pending_job(submitter, idempotency_key, spec, self._clock())
             self._jobs[job.job_id] = job
             self._keys[(submitter, idempotency_key)] = (job.job_id, _digest(spec))
@@ -318,17 +333,30 @@ class SqliteJobStore(JobStore):
             raise JobNotFound(f"no job {job_id!r}")
         return self._job(row)
 
+    def _find(
+        self, db: sqlite3.Connection, submitter: str, idempotency_key: str, spec: bytes
+    ) -> Job | None:
+        row = db.execute(
+            f"SELECT {self._COLUMNS}, spec_digest FROM jobs WHERE submitter = ? AND "
+            "idempotency_key = ?",
+            (submitter, idempotency_key),
+        ).fetchone()
+        if row is None:
+            return None
+        _check_same_spec(submitter, idempotency_key, row[0], row[-1], spec)
+        return self._job(row[:-1])
+
+    @override
+    def find(self, submitter: str, idempotency_key: str, spec: bytes) -> Job | None:
+        with self._tx() as db:
+            return self._find(db, submitter, idempotency_key, spec)
+
     @override
     def create(self, submitter: str, idempotency_key: str, spec: bytes) -> tuple[Job, bool]:
         with self._tx() as db:
-            row = db.execute(
-                f"SELECT {self._COLUMNS}, spec_digest FROM jobs WHERE submitter = ? AND "
-                "idempotency_key = ?",
-                (submitter, idempotency_key),
-            ).fetchone()
-            if row is not None:
-                _check_same_spec(submitter, idempotency_key, row[0], row[-1], spec)
-                return self._job(row[:-1]), False
+            found = self._find(db, submitter, idempotency_key, spec)
+            if found is not None:
+                return found, False
             job = _pending_job(submitter, idempotency_key, spec, self._clock())
             db.execute(
                 "INSERT INTO jobs (job_id, submitter, idempotency_key, spec, spec_digest, state,"

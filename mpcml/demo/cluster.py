@@ -11,6 +11,7 @@ certificates and state folders are moved into the cluster's work folder, through
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -68,7 +69,7 @@ class LocalCluster:
         roster_extra: Sequence[str] = (),
         log_level: str = "info",
         max_concurrent_jobs: int = 1,
-        coordinator_settings: Mapping[str, int] | None = None,
+        coordinator_settings: Mapping[str, int | list[str]] | None = None,
         metrics: bool = False,
         log_format: str = "text",
     ) -> None:
@@ -138,7 +139,9 @@ class LocalCluster:
             f'database = "coordinator.db"\n'
             f"heartbeat_timeout_s = {self.heartbeat_timeout}\n"
             f"parties = [{roster}]\n"
-            + "".join(f"{key} = {value}\n" for key, value in self.coordinator_settings.items())
+            + "".join(
+                f"{key} = {json.dumps(value)}\n" for key, value in self.coordinator_settings.items()
+            )
             + "[tls]\n"
             'ca = "certs/ca.pem"\ncert = "certs/coordinator.pem"\nkey = "certs/coordinator.key"\n'
         )

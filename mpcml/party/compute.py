@@ -33,7 +33,7 @@ from mpcml.jobs.spec import (
     recipients,
     round_plan,
 )
-from mpcml.party import catalogue
+from mpcml.party import catalogue, policy, provenance
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import (
@@ -403,8 +403,12 @@ class JobComputation:
 
     def _keep_shares(self) -> None:
         shares = self._shares()
-        path = self.config.job_state(self.start.job_id) / SHARES_FILE
-        atomic_write(path, lambda f: torch.save({"rank": self.rank, "shares": shares}, f))
+        directory = self.config.job_state(self.start.job_id)
+        trained_on = policy.sources(self.spec, self.me, provenance.lineage(self.config))
+        provenance.record(directory, trained_on[jpb.OUTPUT_WEIGHTS])
+        atomic_write(
+            directory / SHARES_FILE, lambda f: torch.save({"rank": self.rank, "shares": shares}, f)
+        )
 
     def _reveal_weights(self) -> list[cpb.PartyOutput]:
         out = []

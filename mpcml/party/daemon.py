@@ -27,12 +27,13 @@ from grpc_health.v1.health import HealthServicer
 from prometheus_client import CollectorRegistry
 
 from mpcml import logs, metrics
-from mpcml.party import catalogue, policy, worker
+from mpcml.party import catalogue, policy, provenance, worker
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import discard_uncommitted
 from mpcml.party.metrics import PartyMetrics, Totals
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.transport.interceptors import RequestGuard
 from mpcml.transport.serving import add_health_and_reflection, bind, channel
 from mpcml.transport.tls import PARTY_ROLE, check_certificate
@@ -248,10 +249,18 @@ class PartyDaemon:
         elif kind == "vet":
             self._vet(assignment.vet)
 
-    def _vet(self, vet: cpb.VetJob) -> None:
-        verdict = policy.check(self.config.policy, self.config.name, vet.spec, vet.submitter)
+    def _verdict(self, spec: jpb.JobSpec, submitter: str) -> policy.Verdict:
+        """The verdict of the party's policy on a job; a refusal is logged."""
+        config = self.config
+        verdict = policy.check(
+            config.policy, config.name, spec, submitter, provenance.lineage(config)
+        )
         if not verdict.allowed:
-            log.warning("refused a job from %s: %s", vet.submitter, verdict.reason)
+            log.warning("refused a job from %s: %s", submitter, verdict.reason)
+        return verdict
+
+    def _vet(self, vet: cpb.VetJob) -> None:
+        verdict = self._verdict(vet.spec, vet.submitter)
         self._report(
             cpb.WorkerReport(
                 verdict=cpb.Verdict(
@@ -279,6 +288,15 @@ class PartyDaemon:
                 return
             self._stop(start.job_id, f"run {start.attempt} of the job replaces run {old.attempt}")
             old.exited.wait(STOP_GRACE_S)
+        verdict = self._verdict(start.spec, start.submitter)
+        if not verdict.allowed:  # the policy changed since the job was vetted
+            reason = f"party {self.config.name!r} refuses the job: {verdict.reason}"
+            self._report(
+                cpb.WorkerReport(
+                    job_id=start.job_id, attempt=start.attempt, failed=cpb.Failure(reason=reason)
+                )
+            )
+            return
         with self._lock:
             for handle in self._workers.values():
                 # The slot's port is free only once its last worker closed its session.

@@ -122,7 +122,7 @@ def test_a_lost_start_is_sent_again_and_reports_of_the_earlier_run_are_refused(
     assert _kinds(queues["alice"]) == ["stop"]
     assert _kinds(queues["bob"]) == ["stop"]  # lost: bob's stream is dead, unnoticed
 
-    scheduler.resume(job_id, "analyst")  # bob still counts as attached: run 1 starts at once
+    scheduler.resume(job_id)  # bob still counts as attached: run 1 starts at once
     for assignments in queues.values():
         [start] = _drain(assignments)
         assert start is not None and start.start.attempt == 1 and start.start.resume_round == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from mpcml.api.client import Client
 from mpcml.demo import data
@@ -20,6 +21,8 @@ MAX_CONCURRENT_JOBS = 2
 """Every party's `max_concurrent_jobs`: two jobs at once, further ones wait PENDING."""
 LIMITS = {"max_message_bytes": 1 << 20, "max_job_rows": 100_000}
 """The coordinator's limits: far above what the tests' jobs need, except those that test them."""
+ADMIN = "ops"
+"""The client the coordinator's `admins` names: it may act on every job."""
 
 
 def _write_csv(path: Path, header: list[str], rows: np.ndarray) -> None:
@@ -46,6 +49,22 @@ def _extend_profiles(parties: Path) -> None:
     shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "copy.csv")
     with (parties / "bob" / "party.toml").open("a") as f:
         f.write('\n[datasets.bc-train-copy]\npath = "data/copy.csv"\nid_column = "id"\n')
+    # alice lets bob receive the weights trained on her half of the horizontal split and the
+    # predictions of models her bc-train columns trained (the security tests' labels), and
+    # holds a private model that copies its 15 inputs (an attacker's identity model).
+    identity = torch.nn.Linear(15, 15)
+    with torch.no_grad():
+        identity.weight.copy_(torch.eye(15))
+        identity.bias.zero_()
+    torch.save(identity.state_dict(), parties / "alice" / "identity.pt")
+    with (parties / "alice" / "party.toml").open("a") as f:
+        f.write('\n[policy.for_dataset.h-train]\noutputs_to = ["bob"]\n')
+        f.write(
+            "\n[policy.for_dataset.bc-train]\noutputs_to = "
+            '{ predictions = ["carol", "bob"], weights = ["carol"], '
+            'metrics = ["carol", "coordinator"] }\n'
+        )
+        f.write('\n[models.identity]\npath = "identity.pt"\n')
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         roster_extra=["dave"],
         log_level="debug",
         max_concurrent_jobs=MAX_CONCURRENT_JOBS,
-        coordinator_settings=LIMITS,
+        coordinator_settings={**LIMITS, "admins": [ADMIN]},
     ) as c:
         c.start()
         yield c

@@ -82,6 +82,10 @@ def test_train_and_infer_through_the_cli_match_plaintext(
 
     status = json.loads(mpcml(cluster, "job", "status", job_id, "--format", "json").stdout)
     assert status["state"] == "COMPLETED" and status["total_rounds"] == 1
+    # The digest the coordinator shows is the one an operator computes from the file offline.
+    digest = mpcml(cluster, "job", "digest", str(tmp_path / "train.toml")).stdout.strip()
+    assert status["graph_digest"] == digest and digest.startswith("sha256:")
+    assert f"model: {digest}" in mpcml(cluster, "job", "status", job_id).stdout
     result = json.loads(mpcml(cluster, "job", "result", job_id, "--format", "json").stdout)
     assert "loss" in result["rounds"][0]["metrics"]
     listed = json.loads(mpcml(cluster, "job", "list", "--format", "json").stdout)

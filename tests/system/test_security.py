@@ -7,11 +7,14 @@ before connecting, and the coordinator refuses the same certificate when that ch
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from torch import nn
 
@@ -24,6 +27,7 @@ from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.security import certs
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
+from tests.system.conftest import ADMIN
 
 TRAIN = {
     "features": {"alice": "bc-train", "bob": "bc-train"},
@@ -107,7 +111,8 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
                 features={"alice": "bc-test", "bob": "bc-test-positional"},
             ),
         ),
-        "party 'alice' refuses the job: the job would reveal this party's raw inputs": (
+        "party 'alice' refuses the job: predictions computed from its dataset 'bc-test' would "
+        "reach 'bob', and policy.outputs_to does not name 'bob' for predictions": (
             client,
             Job.infer(
                 model=nn.Sequential(nn.Flatten()),
@@ -128,6 +133,172 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
     assert logs == {
         p: (cluster.logs / f"{p}.log").read_text().count("worker") for p in cluster.parties
     }
+
+
+def _refused(client: Client, job: Job) -> str:
+    """The PERMISSION_DENIED message a submission got."""
+    with pytest.raises(ClientError) as info:
+        client.submit(job)
+    assert info.value.code == grpc.StatusCode.PERMISSION_DENIED, info.value
+    return info.value.message
+
+
+BOB_TO_ALICE = (
+    "party 'bob' refuses the job: predictions computed from its dataset 'bc-test' would reach "
+    "'alice', and policy.outputs_to does not name 'alice' for predictions"
+)
+
+
+def test_near_identity_models_trained_on_bobs_rows_cannot_carry_them_to_alice(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """The reported attack and its public-seed variant: a model that is (nearly) the identity,
+    or invertible by whoever knows its seed, is trained with a tiny learning rate on bob's
+    columns (the weights stay shared, nothing leaves), then run on bob's test rows with the
+    predictions revealed to alice, whom bob's policy does not name."""
+    routes = {
+        "batchnorm": nn.Sequential(nn.BatchNorm1d(15, momentum=0.0)),
+        "public-seed linear": nn.Sequential(nn.Linear(15, 15)),
+    }
+    trains = {
+        name: client.submit(
+            Job.train(
+                model=model,
+                features={"bob": "bc-train"},
+                labels={"alice": "bc-train"},
+                align_on="id",
+                loss="mse",
+                lr=1e-6,
+                epochs=1,
+                seed=1,
+            )
+        )
+        for name, model in routes.items()
+    }
+    for name, train in trains.items():
+        status = train.wait(timeout=240)
+        assert status.state == cpb.COMPLETED, (name, status.reason)
+    # The route is real: revealed to bob himself (always allowed), the predictions of the
+    # BatchNorm model are bob's raw test rows, what alice would have received.
+    own = client.submit(
+        Job.infer(
+            from_job=trains["batchnorm"].id,
+            features={"bob": "bc-test"},
+            align_on="id",
+            reveal={"predictions": ["bob"]},
+        )
+    )
+    assert own.wait(timeout=120).state == cpb.COMPLETED
+    [output] = own.result().outputs
+    with np.load(output.path) as npz:
+        predictions, ids = npz["predictions"], npz["ids"]
+    raw = np.loadtxt(
+        cluster.parties_dir / "bob" / "data" / "bc_test.csv", delimiter=",", skiprows=1
+    )
+    assert np.array_equal(ids, raw[:, 0]) and predictions.shape == (114, 15)
+    assert np.abs(predictions - raw[:, 1:]).max() < 0.02
+    before = len(client.jobs())
+    for name, train in trains.items():
+        infer = Job.infer(
+            from_job=train.id,
+            features={"bob": "bc-test"},
+            align_on="id",
+            reveal={"predictions": ["alice"]},
+        )
+        assert _refused(client, infer) == BOB_TO_ALICE, name
+        # bob binds nothing here, but the model was trained on his rows
+        infer = Job.infer(
+            from_job=train.id,
+            features={"alice": "bc-test"},
+            align_on="id",
+            reveal={"predictions": ["alice"]},
+        )
+        message = _refused(client, infer)
+        assert "party 'bob' refuses the job: predictions computed from its dataset 'bc-train' " in (
+            message
+        ), message
+    assert len(client.jobs()) == before
+
+
+def test_a_private_model_on_bobs_rows_cannot_reveal_them_to_alice(client: Client) -> None:
+    """alice's private model copies its inputs; run on bob's rows, its predictions would be
+    bob's raw values."""
+    job = Job.infer(
+        model=nn.Sequential(nn.Linear(15, 15)),
+        weights={"alice": "identity"},
+        features={"bob": "bc-test"},
+        reveal={"predictions": ["alice"]},
+    )
+    assert _refused(client, job) == BOB_TO_ALICE
+
+
+def _mallory(cluster: LocalCluster, tmp_path: Path, name: str = "mallory") -> Client:
+    certs.issue(cluster.certs, name, role="client", out=tmp_path)
+    return Client(cluster.coordinator_address, _tls(cluster, name, tmp_path))
+
+
+def test_a_job_belongs_to_its_submitter(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    """Another client cannot cancel, resume, read or watch the analyst's job, nor use its
+    model; an admin may; a party of the job may read its status."""
+    job = client.submit(
+        Job.infer(
+            model=models.DigitsMLP(),
+            weights={"bob": "digits-mlp"},
+            features={"alice": "digits-test"},
+            reveal={"predictions": ["alice"]},
+        )
+    )
+    mallory = _mallory(cluster, tmp_path)
+    theirs = mallory.job(job.id)
+    denied = f"job {job.id} belongs to another submitter: only its submitter or an admin"
+    verbs: dict[str, Callable[[], object]] = {
+        "cancel": theirs.cancel,
+        "resume": theirs.resume,
+        "result": theirs.result,
+        "status": theirs.status,
+        "watch": lambda: list(theirs.watch()),
+    }
+    for verb, call in verbs.items():
+        with pytest.raises(ClientError) as info:
+            call()
+        assert info.value.code == grpc.StatusCode.PERMISSION_DENIED, (verb, info.value)
+        assert denied in info.value.message, (verb, info.value.message)
+    assert mallory.jobs() == []
+    message = _refused(mallory, Job.infer(from_job=job.id, features={"alice": "digits-test"}))
+    assert f"job {job.id} belongs to another submitter" in message
+    cancel = subprocess.run(
+        [sys.executable, "-m", "mpcml.cli.main", "job", "cancel", job.id],
+        env={
+            **os.environ,
+            "MPCML_COORDINATOR": cluster.coordinator_address,
+            "MPCML_CA": str(cluster.certs / "ca.pem"),
+            "MPCML_CERT": str(tmp_path / "mallory.pem"),
+            "MPCML_KEY": str(tmp_path / "mallory.key"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cancel.returncode == 2 and "PERMISSION_DENIED" in cancel.stderr, cancel.stderr
+    assert job.wait(timeout=120).state == cpb.COMPLETED  # nobody cancelled it
+
+    admin = _mallory(cluster, tmp_path, ADMIN).job(job.id)
+    assert admin.status().submitter == "analyst" and admin.result().outputs
+    with pytest.raises(ClientError, match=r"FAILED_PRECONDITION.*already ended"):
+        admin.cancel()  # allowed, but too late
+    assert job.id in {j.job_id for j in _mallory(cluster, tmp_path, ADMIN).jobs()}
+
+    with channel(cluster.coordinator_address, _tls(cluster, "alice"), "coordinator") as ch:
+        stub = cgrpc.CoordinatorStub(ch)
+        status = stub.GetJob(cpb.GetJobRequest(job_id=job.id), timeout=10)
+        assert status.state == cpb.COMPLETED and status.graph_digest.startswith("sha256:")
+    carol = channel(cluster.coordinator_address, _tls(cluster, "carol"), "coordinator")
+    with carol as ch, pytest.raises(grpc.RpcError) as error:
+        cgrpc.CoordinatorStub(ch).GetJob(cpb.GetJobRequest(job_id=job.id), timeout=10)
+    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert f"party 'carol' is not a party of job {job.id}" in (error.value.details() or "")
 
 
 def test_only_jobs_on_the_insecure_provider_carry_its_warning(client: Client) -> None:

@@ -108,7 +108,7 @@ class PartyStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes")
+    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest")
     class StateTimesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +138,7 @@ class JobStatus(_message.Message):
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_ROUND_FIELD_NUMBER: _ClassVar[int]
     RESUMES_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_DIGEST_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: JobState
@@ -153,7 +154,8 @@ class JobStatus(_message.Message):
     warnings: _containers.RepeatedScalarFieldContainer[str]
     committed_round: int
     resumes: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ...) -> None: ...
+    graph_digest: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("seq", "at", "kind", "round", "state", "metrics", "message", "total_rounds")
@@ -302,7 +304,7 @@ class VetJob(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., submitter: _Optional[str] = ...) -> None: ...
 
 class StartJob(_message.Message):
-    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt", "slot")
+    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt", "slot", "submitter")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +314,7 @@ class StartJob(_message.Message):
     CHECKPOINT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: _job_pb2.JobSpec
     rank: int
@@ -321,7 +324,8 @@ class StartJob(_message.Message):
     checkpoint_digest: str
     attempt: int
     slot: int
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ..., resume_round: _Optional[int] = ..., checkpoint_digest: _Optional[str] = ..., attempt: _Optional[int] = ..., slot: _Optional[int] = ...) -> None: ...
+    submitter: str
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ..., resume_round: _Optional[int] = ..., checkpoint_digest: _Optional[str] = ..., attempt: _Optional[int] = ..., slot: _Optional[int] = ..., submitter: _Optional[str] = ...) -> None: ...
 
 class Peer(_message.Message):
     __slots__ = ("name", "address")

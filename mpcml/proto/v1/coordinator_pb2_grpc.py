@@ -28,8 +28,11 @@ if _version_not_supported:
 class CoordinatorStub:
     """For clients: submit jobs, follow them, read their public results. Every call needs a
     client certificate from the deployment's CA (mutual TLS: without one the TLS handshake
-    fails) whose role is "client"; another role is PERMISSION_DENIED. Refusals are gRPC
-    statuses whose message names the problem.
+    fails) whose role is "client"; another role is PERMISSION_DENIED, except that a party of a
+    job may read it with its party certificate (GetJob, WatchJob). A job belongs to its
+    submitter: every call that names a job is PERMISSION_DENIED to any other client, unless the
+    coordinator's `admins` list names it. Refusals are gRPC statuses whose message names the
+    problem.
     """
 
     def __init__(self, channel):
@@ -83,8 +86,11 @@ class CoordinatorStub:
 class CoordinatorServicer:
     """For clients: submit jobs, follow them, read their public results. Every call needs a
     client certificate from the deployment's CA (mutual TLS: without one the TLS handshake
-    fails) whose role is "client"; another role is PERMISSION_DENIED. Refusals are gRPC
-    statuses whose message names the problem.
+    fails) whose role is "client"; another role is PERMISSION_DENIED, except that a party of a
+    job may read it with its party certificate (GetJob, WatchJob). A job belongs to its
+    submitter: every call that names a job is PERMISSION_DENIED to any other client, unless the
+    coordinator's `admins` list names it. Refusals are gRPC statuses whose message names the
+    problem.
     """
 
     def SubmitJob(self, request, context):
@@ -92,21 +98,24 @@ class CoordinatorServicer:
         vet it against its own policy, stores it PENDING and returns its status. INVALID_ARGUMENT
         (the spec itself is wrong) or FAILED_PRECONDITION (a party is not registered) name what is
         wrong; PERMISSION_DENIED when a party's policy refuses the job; RESOURCE_EXHAUSTED over
-        the coordinator's `max_job_rows`; ALREADY_EXISTS for a reused idempotency key.
+        the coordinator's `max_job_rows`; ALREADY_EXISTS for a reused idempotency key. A job may
+        use the model of another job (`weights.from_job`) only when both have the same submitter.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """One job's status now. NOT_FOUND for an unknown id.
+        """One job's status now. NOT_FOUND for an unknown id; PERMISSION_DENIED for another
+        submitter's job (a party of the job may read it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Every job the coordinator knows, in submission order, or only those in one state.
+        """The caller's jobs (every job for an admin), in submission order, or only those in one
+        state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -115,7 +124,8 @@ class CoordinatorServicer:
     def WatchJob(self, request, context):
         """The job's events from `after_seq` on, live until the job ends: the stream closes (OK) once
         the job is COMPLETED, FAILED or CANCELLED and every event was sent. A client that lost the
-        stream calls again with the last `seq` it saw and misses nothing.
+        stream calls again with the last `seq` it saw and misses nothing. PERMISSION_DENIED as for
+        GetJob.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,6 +133,7 @@ class CoordinatorServicer:
 
     def CancelJob(self, request, context):
         """Cancels a job that has not ended and stops its workers; FAILED_PRECONDITION once it has.
+        Only the job's submitter or an admin may (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,7 +142,8 @@ class CoordinatorServicer:
     def ResumeJob(self, request, context):
         """Run a FAILED job again from its last committed round (every party's checkpoint of it): a
         train job goes on after that round, infer and evaluate jobs run again from the start. Only
-        the job's submitter may (PERMISSION_DENIED); any other state is FAILED_PRECONDITION.
+        the job's submitter or an admin may (PERMISSION_DENIED); any other state is
+        FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,7 +152,7 @@ class CoordinatorServicer:
     def GetResult(self, request, context):
         """Public results: the final status, public metrics and where each recipient party wrote its
         outputs (the values stay at the parties). Answers in any state; `outputs` is filled in as
-        the parties finish.
+        the parties finish. Only the job's submitter or an admin may read them (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -207,8 +219,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
 class Coordinator:
     """For clients: submit jobs, follow them, read their public results. Every call needs a
     client certificate from the deployment's CA (mutual TLS: without one the TLS handshake
-    fails) whose role is "client"; another role is PERMISSION_DENIED. Refusals are gRPC
-    statuses whose message names the problem.
+    fails) whose role is "client"; another role is PERMISSION_DENIED, except that a party of a
+    job may read it with its party certificate (GetJob, WatchJob). A job belongs to its
+    submitter: every call that names a job is PERMISSION_DENIED to any other client, unless the
+    coordinator's `admins` list names it. Refusals are gRPC statuses whose message names the
+    problem.
     """
 
     @staticmethod
