@@ -44,7 +44,7 @@ def grpc_mpc(spec: dict[str, Any]) -> dict[str, Any]:
     from bench import workloads
 
     torch.set_num_threads(TORCH_THREADS)
-    from mpcml.dealer.provider import DealerEndpoint
+    from mpcml.runtime.provider import DealerEndpoint
 
     tls = mpcml.TLSFiles(**spec["tls"]) if spec["tls"] is not None else None
     with mpcml.session(

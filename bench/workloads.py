@@ -109,7 +109,7 @@ def _err(out: Any, expected: torch.Tensor) -> float:
 
 def _traffic(c: Any) -> dict[str, int]:
     """Bytes so far on CrypTen's data plane, and what this party took from mpcml's dealer."""
-    from mpcml.dealer.provider import DealerProvider
+    from mpcml.runtime.provider import DealerProvider
 
     client = DealerProvider.client
     return {

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mpcml.errors import MpcmlError
 from mpcml.transport.tls import TLSFiles
 
 
-class ConfigError(ValueError):
+class ConfigError(MpcmlError, ValueError):
     """A config file is missing, malformed, or lacks a value; the message names the file."""
 
 
@@ -76,11 +77,3 @@ def positive_int(data: Mapping[str, Any], key: str, default: int, where: Path) -
             f"`{key}` in the config in {where} must be a whole number >= 1, got {value!r}"
         )
     return number
-
-
-def port_offset(address: str, offset: int) -> str:
-    """HOST:PORT with the port moved up by `offset` (a party's job slots, `max_concurrent_jobs`)."""
-    if offset == 0:
-        return address
-    host, _, port = address.rpartition(":")
-    return f"{host}:{int(port) + offset}"

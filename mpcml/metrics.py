@@ -18,6 +18,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
 from mpcml.config import ConfigError
+from mpcml.transport.address import Address, AddressError, parse
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +33,13 @@ def registry() -> CollectorRegistry:
     return reg
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(address)
-    return host.removeprefix("[").removesuffix("]"), int(port)
-
-
 def address(data: dict[str, Any], where: Path) -> str:
     """The config's `metrics_address` (HOST:PORT), "" when unset; a ConfigError when malformed."""
     value = str(data.get(KEY, "") or "").strip()
     if value:
         try:
-            _split(value)
-        except ValueError:
+            parse(value)
+        except AddressError:
             raise ConfigError(
                 f"`{KEY}` in the config in {where} must be HOST:PORT, got {value!r}"
             ) from None
@@ -74,9 +68,8 @@ def serve(address: str, reg: CollectorRegistry) -> MetricsServer | None:
     """
     if not address:
         return None
-    host, port = _split(address)
-    server, thread = start_http_server(port, addr=host, registry=reg)
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{server.server_port}/metrics"
+    where = parse(address)
+    server, thread = start_http_server(where.port, addr=where.host, registry=reg)
+    url = f"http://{Address(where.host, server.server_port)}/metrics"
     log.info("metrics on %s", url)
     return MetricsServer(url, server, thread)

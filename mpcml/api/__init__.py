@@ -1,1 +1,1 @@
-"""The Python job API: `Client` talks to the coordinator, `Job` describes a job."""
+"""The Python job API: `Client` talks to the coordinator, `Job` and `jobfile` describe jobs."""

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from mpcml.errors import MpcmlError
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
@@ -21,7 +22,7 @@ OUTPUTS = {
 SPLITS = {"vertical": jpb.SPLIT_VERTICAL, "horizontal": jpb.SPLIT_HORIZONTAL}
 
 
-class JobSpecError(ValueError):
+class JobSpecError(MpcmlError, ValueError):
     """A job could not be put together from the values given; the message says which."""
 
 

@@ -26,8 +26,10 @@ from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mpcml import config as cfg
+from mpcml.cli.exits import EXIT_FAILED, EXIT_OK
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.transport.address import AddressError, parse, reachable
 from mpcml.transport.interceptors import TIME_METADATA
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import (
@@ -37,6 +39,7 @@ from mpcml.transport.tls import (
     TLSFiles,
     cert_names,
     cert_role,
+    presented_certificate,
 )
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -44,7 +47,6 @@ EXPIRY_WARN_DAYS = 30
 SKEW_WARN_S = 1.0
 SKEW_FAIL_S = 30.0
 TIMEOUT_S = 5.0
-EXIT_OK, EXIT_PROBLEMS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 @dataclass
@@ -100,17 +102,13 @@ def read_config(path: str | Path, role: str | None = None) -> Daemon:
         from mpcml.coordinator.server import CoordinatorConfig
 
         coordinator = CoordinatorConfig.load(path)
-        return Daemon(COORDINATOR_ROLE, "coordinator", coordinator.tls, _local(coordinator.listen))
+        return Daemon(
+            COORDINATOR_ROLE, "coordinator", coordinator.tls, reachable(coordinator.listen)
+        )
     from mpcml.dealer.server import DealerConfig
 
     dealer = DealerConfig.load(path)
-    return Daemon(DEALER_ROLE, "dealer", dealer.tls, _local(dealer.listen))
-
-
-def _local(listen: str) -> str:
-    """A listen address as a client on this machine reaches it."""
-    host, _, port = listen.rpartition(":")
-    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "[::]", "") else listen
+    return Daemon(DEALER_ROLE, "dealer", dealer.tls, reachable(dealer.listen))
 
 
 # --- the certificate -------------------------------------------------------------------------
@@ -205,25 +203,16 @@ def check_certificate(daemon: Daemon, now: dt.datetime | None = None) -> list[Fi
 
 def _presented(address: str, tls: TLSFiles) -> list[str]:
     """The DNS names on the certificate the daemon at `address` presents to us."""
-    host, _, port = address.rpartition(":")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False  # names are checked below, against the expected one
-    context.load_verify_locations(str(tls.ca))
-    context.load_cert_chain(str(tls.cert), str(tls.key))
-    context.set_alpn_protocols(["h2"])
-    with (
-        socket.create_connection((host.strip("[]"), int(port)), timeout=TIMEOUT_S) as raw,
-        context.wrap_socket(raw) as conn,
-    ):
-        der = conn.getpeercert(binary_form=True)
-    return list(cert_names(x509.load_der_x509_certificate(der or b"")).dns_names)
+    return list(cert_names(presented_certificate(address, tls, TIMEOUT_S)).dns_names)
 
 
 def probe(what: str, address: str, expected: str, tls: TLSFiles | None) -> list[Finding]:
     """Is `address` reachable, does it present `expected`, is it SERVING, and its clock."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return [Finding(FAIL, what, f"{address!r} is not HOST:PORT", "fix the address")]
+    try:
+        where = parse(address)
+    except AddressError as exc:
+        return [Finding(FAIL, what, str(exc), "fix the address")]
+    host, port = where.host, where.port
     if tls is not None:
         try:
             names = _presented(address, tls)
@@ -322,10 +311,13 @@ def peers(daemon: Daemon) -> list[cpb.PeerEndpoint] | str:
 
 def _data_port(peer: cpb.PeerEndpoint) -> Finding:
     """A peer's data plane listens only while one of its workers runs: refused is normal."""
-    host, _, port = peer.data_address.rpartition(":")
     what = f"peer {peer.name} data plane"
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=TIMEOUT_S):
+        where = parse(peer.data_address)
+    except AddressError as exc:
+        return Finding(FAIL, what, str(exc), "the peer's data_address must be HOST:PORT")
+    try:
+        with socket.create_connection((where.host, where.port), timeout=TIMEOUT_S):
             return Finding(OK, what, f"{peer.data_address} accepts connections (a job is running)")
     except ConnectionRefusedError:
         return Finding(
@@ -339,7 +331,7 @@ def _data_port(peer: cpb.PeerEndpoint) -> Finding:
             FAIL,
             what,
             f"{peer.data_address} unreachable: {exc}",
-            f"open port {port} from this host to {host} (the data plane of every job)",
+            f"open port {where.port} from this host to {where.host} (the data plane of every job)",
         )
 
 
@@ -415,4 +407,4 @@ def run(args: argparse.Namespace) -> int:
         f"{failed} failed, {sum(f.level == WARN for f in found)} warnings",
         file=sys.stderr if args.format == "json" else sys.stdout,
     )
-    return EXIT_PROBLEMS if failed else EXIT_OK
+    return EXIT_FAILED if failed else EXIT_OK

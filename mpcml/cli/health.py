@@ -14,10 +14,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mpcml.cli.exits import EXIT_FAILED, EXIT_OK
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
-
-EXIT_SERVING, EXIT_UNHEALTHY = 0, 1
 
 
 def add_parser(sub: Any) -> None:
@@ -52,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
             )
         except grpc.RpcError as exc:
             print(f"{what}: {exc.code().name}: {exc.details()}", file=sys.stderr)
-            return EXIT_UNHEALTHY
+            return EXIT_FAILED
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     print(f"{what}: {status}")
-    return (
-        EXIT_SERVING if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_UNHEALTHY
-    )
+    return EXIT_OK if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_FAILED

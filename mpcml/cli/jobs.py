@@ -12,10 +12,10 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 
 from mpcml.api.client import Client, ClientError, JobError
+from mpcml.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.transport.tls import TLSFiles
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 BAD_INPUT = {
     "INVALID_ARGUMENT",
     "FAILED_PRECONDITION",
@@ -160,15 +160,15 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     )
     command = args.job_command
     if command == "digest":  # offline: the model is traced here, nothing is sent
+        from mpcml.api.jobfile import load
         from mpcml.graph.digest import graph_digest
-        from mpcml.jobs.jobfile import load
 
         job, _ = load(args.file)
         print(graph_digest(job.spec.graph), file=out)
         return EXIT_OK
     with _client(args) as client:
         if command == "submit":
-            from mpcml.jobs.jobfile import load
+            from mpcml.api.jobfile import load
 
             job, key = load(args.file)
             handle = client.submit(job, args.idempotency_key or key or None)

@@ -12,9 +12,9 @@ from pathlib import Path
 import mpcml
 from mpcml import logs
 from mpcml.cli import doctor, health, jobs
+from mpcml.cli.exits import EXIT_BAD_INPUT
 from mpcml.security import certs
 
-EXIT_BAD_INPUT = 2
 DESCRIPTION = (
     "Secure multi-party machine learning: each organisation runs a party daemon, a coordinator "
     "runs jobs as numbered rounds, and the parties train and run models on secret-shared data "

@@ -19,7 +19,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpcml.config import port_offset
 from mpcml.coordinator.store import (
     TERMINAL,
     Event,
@@ -29,10 +28,12 @@ from mpcml.coordinator.store import (
     JobState,
     JobStore,
 )
+from mpcml.errors import StatusError
 from mpcml.jobs.spec import COORDINATOR, parties_in_order, recipients
 from mpcml.jobs.validate import SpecError, validate
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.transport.address import port_offset
 from mpcml.transport.tls import CLIENT_ROLE, PARTY_ROLE
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,8 @@ PEER_FAILURE_GRACE_S = 3.0
 reason before failing the job with the echo."""
 
 
-class SchedulerError(Exception):
+class SchedulerError(StatusError):
     """A request the scheduler refuses; `code` is the gRPC status name to answer with."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass

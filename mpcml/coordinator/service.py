@@ -20,6 +20,7 @@ from mpcml.jobs.spec import parties_in_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.transport.address import AddressError, parse
 from mpcml.transport.tls import CLIENT_ROLE, PARTY_ROLE, Identity, caller_identity
 
 log = logging.getLogger(__name__)
@@ -274,12 +275,10 @@ class PartyControlService(cgrpc.PartyControlServicer):
         party = _caller(context, request.party, self.insecure, PARTY_ROLE, "act as a party")
         if not request.party:
             _abort(context, "INVALID_ARGUMENT", "the request names no party")
-        if not request.data_address.rpartition(":")[2].isdigit():
-            _abort(
-                context,
-                "INVALID_ARGUMENT",
-                f"data_address {request.data_address!r} is not HOST:PORT",
-            )
+        try:
+            parse(request.data_address, "data_address")
+        except AddressError as exc:
+            _abort(context, "INVALID_ARGUMENT", str(exc))
         try:
             assignments = self.scheduler.attach(request)
         except SchedulerError as exc:

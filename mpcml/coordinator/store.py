@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from typing_extensions import override
 
+from mpcml.errors import MpcmlError
+
 
 class JobState(StrEnum):
     """DESIGN.md 5: PENDING -> STARTING -> RUNNING -> COMPLETED | FAILED | CANCELLED."""
@@ -43,7 +45,7 @@ _NEXT = {
 }
 
 
-class StoreError(Exception):
+class StoreError(MpcmlError):
     """A store operation was refused; the message says why."""
 
 

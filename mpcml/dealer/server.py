@@ -24,12 +24,12 @@ from prometheus_client import CollectorRegistry
 
 from mpcml import config as cfg
 from mpcml import metrics
-from mpcml.dealer import tuples
 from mpcml.dealer.metrics import DealerMetrics
-from mpcml.dealer.provider import MAX_MESSAGE_BYTES
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
+from mpcml.runtime import tuples
 from mpcml.runtime.prg import KEY_BYTES, ChaChaStream
+from mpcml.runtime.tuples import MAX_MESSAGE_BYTES
 from mpcml.transport.interceptors import RequestGuard
 from mpcml.transport.serving import add_health_and_reflection, bind
 from mpcml.transport.tls import (

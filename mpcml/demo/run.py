@@ -36,7 +36,7 @@ from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.graph.init import initial_state
 from mpcml.graph.trace import trace
-from mpcml.jobs.spec import epoch_order
+from mpcml.jobs.order import epoch_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
 EPOCHS = 10

@@ -1,24 +1,27 @@
-"""The whitelist: every op a model graph may hold.
+"""The whitelist: every op a model graph may hold, and the check of a graph against it.
 
-For each op: how it is read off torch and how it is built in CrypTen. An op not listed here is
-refused, by name, when the model is traced.
+For each op: its inputs, parameters and settings, and how it is built in CrypTen. An op not
+listed here is refused by name, when the model is traced (`trace.py`) and when a graph arrives
+(`validate`). Nothing here imports torch: the coordinator checks graphs without it.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.nn.functional as F
+from mpcml.errors import MpcmlError
+from mpcml.proto.v1 import graph_pb2 as pb
+
+GRAPH_VERSION = 1
+"""The version of `mpcml.v1.Graph` this build writes and reads."""
 
 Attrs = dict[str, Any]
 """An op's settings: ints, floats, bools, strings and tuples of ints."""
 
 
-class GraphError(ValueError):
+class GraphError(MpcmlError, ValueError):
     """A model or a graph uses something outside the whitelist, or is malformed."""
 
 
@@ -57,10 +60,6 @@ def _unary(method: str) -> Callable[[Attrs], Any]:
         return _Method()
 
     return build
-
-
-def _pair(value: Any) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
 def _batch_norm(name: str) -> OpSpec:
@@ -148,133 +147,68 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
-def _flatten_attrs(start_dim: int, end_dim: int) -> Attrs:
-    if start_dim != 1 or end_dim != -1:
+def decode_attrs(node: pb.Node) -> Attrs:
+    """A node's settings as Python values."""
+    out: Attrs = {}
+    for key, attr in node.attrs.items():
+        kind = attr.WhichOneof("kind")
+        if kind is None:
+            raise GraphError(f"node {node.name!r}: setting {key!r} has no value")
+        value = getattr(attr, kind)
+        out[key] = tuple(value.values) if kind == "ints" else value
+    return out
+
+
+def _check_settings(node: pb.Node, expected: tuple[str, ...]) -> None:
+    """Refuse a setting the op does not take: a silently ignored one could change the meaning."""
+    given = set(node.attrs)
+    problem = ""
+    if given - set(expected):
+        problem = f"has no setting {sorted(given - set(expected))[0]!r}"
+    elif set(expected) - given:
+        problem = f"needs the setting {sorted(set(expected) - given)[0]!r}"
+    if problem:
         raise GraphError(
-            f"Flatten(start_dim={start_dim}, end_dim={end_dim}) is not supported: "
-            "only flattening everything after the batch dimension"
+            f"node {node.name!r}: {node.op} {problem} (its settings: "
+            f"{', '.join(expected) or 'none'})"
         )
-    return {}
 
 
-def _pool_attrs(m: Any) -> Attrs:
-    if getattr(m, "ceil_mode", False) or getattr(m, "dilation", 1) not in (1, (1, 1)):
-        raise GraphError(f"{type(m).__name__} with ceil_mode or dilation is not supported")
-    stride = m.stride if m.stride is not None else m.kernel_size
-    return {
-        "kernel_size": _pair(m.kernel_size),
-        "stride": _pair(stride),
-        "padding": _pair(m.padding),
-    }
-
-
-def from_module(m: torch.nn.Module) -> tuple[str, Attrs]:
-    """The op and settings of a torch submodule; anything off the whitelist raises."""
-    nn = torch.nn
-    if isinstance(m, nn.Linear):
-        return "Linear", {
-            "in_features": m.in_features,
-            "out_features": m.out_features,
-            "bias": m.bias is not None,
-        }
-    if isinstance(m, nn.Conv2d):
-        if m.padding_mode != "zeros" or isinstance(m.padding, str):
-            raise GraphError(
-                f"Conv2d with padding {m.padding!r} ({m.padding_mode}) is not "
-                "supported: give the padding as numbers, padding_mode 'zeros'"
-            )
-        return "Conv2d", {
-            "in_channels": m.in_channels,
-            "out_channels": m.out_channels,
-            "kernel_size": _pair(m.kernel_size),
-            "stride": _pair(m.stride),
-            "padding": _pair(m.padding),
-            "dilation": _pair(m.dilation),
-            "groups": m.groups,
-            "bias": m.bias is not None,
-        }
-    if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d):
-        if m.momentum is None or not m.affine or not m.track_running_stats:
-            raise GraphError(
-                f"{type(m).__name__} needs affine=True, track_running_stats=True "
-                "and a numeric momentum"
-            )
-        return type(m).__name__, {
-            "num_features": m.num_features,
-            "eps": float(m.eps),
-            "momentum": float(m.momentum),
-        }
-    simple = {nn.ReLU: "ReLU", nn.Sigmoid: "Sigmoid", nn.Tanh: "Tanh"}
-    for cls, op in simple.items():
-        if type(m) is cls:
-            return op, {}
-    if isinstance(m, nn.Softmax):
-        if m.dim is None:
-            raise GraphError("Softmax needs an explicit dim")
-        return "Softmax", {"dim": int(m.dim)}
-    if isinstance(m, nn.Flatten):
-        return "Flatten", _flatten_attrs(m.start_dim, m.end_dim)
-    if isinstance(m, nn.Dropout):
-        return "Dropout", {"p": float(m.p)}
-    if isinstance(m, nn.MaxPool2d):
-        return "MaxPool2d", _pool_attrs(m)
-    if isinstance(m, nn.AvgPool2d):
-        return "AvgPool2d", _pool_attrs(m)
-    if isinstance(m, nn.AdaptiveAvgPool2d):
-        return "AdaptiveAvgPool2d", {"output_size": _pair(m.output_size)}
-    raise GraphError(
-        f"module {type(m).__name__} is not a supported op; supported: {', '.join(sorted(SPECS))}"
-    )
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, default: Any) -> Any:
-    return args[i] if len(args) > i else kwargs.get(name, default)
-
-
-_FUNCTIONS: dict[Any, str] = {
-    operator.add: "Add",
-    torch.add: "Add",
-    torch.relu: "ReLU",
-    F.relu: "ReLU",
-    torch.sigmoid: "Sigmoid",
-    torch.tanh: "Tanh",
-    F.softmax: "Softmax",
-    torch.softmax: "Softmax",
-    torch.flatten: "Flatten",
-}
-_METHODS = {
-    "add": "Add",
-    "relu": "ReLU",
-    "sigmoid": "Sigmoid",
-    "tanh": "Tanh",
-    "softmax": "Softmax",
-    "flatten": "Flatten",
-}
-
-
-def from_call(
-    kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[str, Attrs]:
-    """The op and settings of a traced function or method call.
-
-    `args` holds the positional arguments left after the call's tensor inputs.
-    """
-    op = _FUNCTIONS.get(target) if kind == "call_function" else _METHODS.get(str(target))
-    if op is None:
-        name = getattr(target, "__name__", str(target))
+def validate(graph: pb.Graph) -> None:
+    """Refuse a graph this builder cannot run, naming what is wrong."""
+    if graph.version != GRAPH_VERSION:
         raise GraphError(
-            f"{kind.replace('call_', '')} {name!r} is not a supported op; "
-            f"supported: {', '.join(sorted(SPECS))}"
+            f"graph version {graph.version} is not supported (this build "
+            f"reads version {GRAPH_VERSION})"
         )
-    if op == "Softmax":
-        dim = _arg(args, kwargs, 0, "dim", None)
-        if dim is None:
-            raise GraphError("softmax needs an explicit dim")
-        return op, {"dim": int(dim)}
-    if op == "Flatten":
-        return op, _flatten_attrs(
-            _arg(args, kwargs, 0, "start_dim", 0), _arg(args, kwargs, 1, "end_dim", -1)
-        )
-    if op == "Add" and (args or kwargs):
-        raise GraphError("add with alpha or out= is not supported")
-    return op, {}
+    known = set(graph.inputs)
+    if not known:
+        raise GraphError("the graph has no inputs")
+    for node in graph.nodes:
+        if node.name in known:
+            raise GraphError(f"node name {node.name!r} is used twice")
+        spec = SPECS.get(node.op)
+        if spec is None:
+            raise GraphError(
+                f"node {node.name!r}: op {node.op!r} is not supported; "
+                f"supported: {', '.join(sorted(SPECS))}"
+            )
+        if len(node.inputs) != spec.arity:
+            raise GraphError(
+                f"node {node.name!r}: {node.op} takes {spec.arity} input(s), got {len(node.inputs)}"
+            )
+        for name in node.inputs:
+            if name not in known:
+                raise GraphError(
+                    f"node {node.name!r} reads {name!r}, which no earlier node or input defines"
+                )
+        _check_settings(node, spec.settings)
+        allowed = set(spec.parameters) | set(spec.buffers)
+        for p in node.parameters:
+            if p.name not in allowed or any(d < 0 for d in p.shape):
+                raise GraphError(
+                    f"node {node.name!r}: unexpected parameter {p.name!r} {list(p.shape)}"
+                )
+        known.add(node.name)
+    if graph.output not in known:
+        raise GraphError(f"the graph's output {graph.output!r} is not defined")

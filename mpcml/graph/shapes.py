@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from mpcml.graph.build import decode_attrs, validate
-from mpcml.graph.ops import Attrs, GraphError
+from mpcml.graph.ops import Attrs, GraphError, decode_attrs, validate
 from mpcml.proto.v1 import graph_pb2 as pb
 
 Shape = tuple[int, ...]

@@ -1,1 +1,1 @@
-"""Job specs: what they mean (`spec`), what makes one valid (`validate`), the job file."""
+"""Job specs: what they mean (`spec`, `order`) and what makes one valid (`validate`)."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from mpcml.proto.v1 import job_pb2 as jpb
 
 COORDINATOR = "coordinator"
@@ -71,12 +69,6 @@ class RoundPlan:
         """Global batch numbers (epoch * batches_per_epoch + batch) of round `round` (from 1)."""
         start = (round - 1) * self.batches_per_round
         return range(start, min(start + self.batches_per_round, self.total_batches))
-
-
-def epoch_order(rows: int, shuffle_seed: int, epoch: int) -> torch.Tensor:
-    """The row order of `epoch` in a shuffled job: public, the same at every party."""
-    generator = torch.Generator().manual_seed(shuffle_seed + epoch)
-    return torch.randperm(rows, generator=generator)
 
 
 def round_plan(spec: jpb.JobSpec, rows: int) -> RoundPlan:

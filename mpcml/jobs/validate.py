@@ -9,15 +9,16 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
-from mpcml.graph.build import validate as check_graph
+from mpcml.errors import MpcmlError
 from mpcml.graph.ops import GraphError
+from mpcml.graph.ops import validate as check_graph
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.spec import COORDINATOR, RoundPlan, parties_in_order, round_plan
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
 
-class SpecError(ValueError):
+class SpecError(MpcmlError, ValueError):
     """A job spec was refused.
 
     `precondition` marks refusals that depend on the system's current state (a party not

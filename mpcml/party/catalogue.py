@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpcml.errors import MpcmlError
 from mpcml.party.config import DatasetEntry
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
 
-class DataError(ValueError):
+class DataError(MpcmlError, ValueError):
     """A dataset is missing, unreadable or does not match the job; the message names it."""
 
 

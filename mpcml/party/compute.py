@@ -25,11 +25,11 @@ from mpcml.graph.build import build, load_weights
 from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
 from mpcml.graph.shapes import infer_shapes
+from mpcml.jobs.order import epoch_order
 from mpcml.jobs.spec import (
     COORDINATOR,
     RoundPlan,
     batch_size,
-    epoch_order,
     recipients,
     round_plan,
 )

@@ -32,6 +32,7 @@ from typing import Any
 from mpcml import config as cfg
 from mpcml import metrics
 from mpcml.party.policy import Policy
+from mpcml.transport.address import Address, parse
 from mpcml.transport.tls import TLSFiles
 
 
@@ -114,8 +115,8 @@ class PartyConfig:
         """
         if not self.health_address:
             return ""
-        host = self.data_address.rpartition(":")[0]
-        return f"{host}:{self.health_address.rpartition(':')[2]}"
+        host = parse(self.data_address, "data_address").host
+        return str(Address(host, parse(self.health_address, "health_address").port))
 
     def job_state(self, job_id: str) -> Path:
         """Where this party keeps its shares of a job's state."""

@@ -15,39 +15,32 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from mpcml import logs
-from mpcml.config import ConfigError, port_offset
+from mpcml.config import ConfigError
+from mpcml.errors import MpcmlError
 from mpcml.party.config import PartyConfig
 from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.transport.address import port_offset
+from mpcml.transport.errors import PeerFailedError
 
 if TYPE_CHECKING:  # the daemon, which imports this module, never loads CrypTen
     from mpcml.transport.communicator import PeerTraffic
 
 log = logging.getLogger("mpcml.worker")
 
-KNOWN_ERRORS = (
-    "DataError",
-    "ConfigError",
-    "DealerError",
-    "GraphError",
-    "TransportError",
-    "PeerConnectError",
-    "PeerIdentityError",
-    "PeerFailedError",
-    "ProtocolError",
-    "SpecError",
-)
-"""Errors whose message is written for people and holds no data; any other error is reported
-by type only (its message could quote a value) and logged in full here."""
-
 
 def _reason(exc: BaseException) -> str:
-    if type(exc).__name__ in KNOWN_ERRORS:
+    """What the coordinator is told of a failure.
+
+    An mpcml error's message as it is (written to hold no data); any other error by its type
+    only, since its message could quote a value (it is logged here in full).
+    """
+    if isinstance(exc, MpcmlError):
         return str(exc)
     return f"{type(exc).__name__} in the job worker (details in the party's log)"
 
 
 def _dealer(start: cpb.StartJob, config: PartyConfig) -> Any:
-    from mpcml.dealer.provider import DealerEndpoint
+    from mpcml.runtime.provider import DealerEndpoint
 
     if start.spec.insecure_provider == "tfp":
         log.warning("job %s uses CrypTen's TFP provider (insecure_provider)", start.job_id)
@@ -153,7 +146,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
         sys.exit(1)
     except BaseException as exc:
         log.error("job %s failed in round %d: %s", start.job_id, round, exc, exc_info=True)
-        peer = type(exc).__name__ == "PeerFailedError"
+        peer = isinstance(exc, PeerFailedError)
         with contextlib.suppress(OSError):
             pipe.send(
                 failed=cpb.Failure(

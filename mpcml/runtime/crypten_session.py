@@ -22,17 +22,18 @@ compat.apply()
 import crypten  # noqa: E402  (after the shims)
 import crypten.communicator as crypten_comm  # noqa: E402
 
-from mpcml.dealer.provider import (  # noqa: E402
+from mpcml.runtime import prg  # noqa: E402
+from mpcml.runtime.provider import (  # noqa: E402
     NAME as DEALER_PROVIDER,
 )
-from mpcml.dealer.provider import (  # noqa: E402
+from mpcml.runtime.provider import (  # noqa: E402
     DealerClient,
     DealerEndpoint,
     DealerProvider,
     register,
 )
-from mpcml.runtime import prg  # noqa: E402
 from mpcml.transport import options  # noqa: E402
+from mpcml.transport.address import parse  # noqa: E402
 from mpcml.transport.communicator import GrpcCommunicator, PeerTraffic  # noqa: E402
 from mpcml.transport.errors import TransportError  # noqa: E402
 from mpcml.transport.link import PeerInfo  # noqa: E402
@@ -88,9 +89,7 @@ def _validate(
     if len(peers) != world_size:
         raise ValueError(f"peers lists {len(peers)} addresses for world_size {world_size}")
     for i, address in enumerate(peers):
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"peers[{i}] = {address!r} is not HOST:PORT")
+        parse(address, f"peers[{i}] =")
     if tls is None and not insecure:
         raise ValueError(
             "tls is required; pass insecure=True (and tls=None) only to debug over plaintext"

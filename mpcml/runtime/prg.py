@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from mpcml.errors import MpcmlError
+
 log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
@@ -137,7 +139,7 @@ class ChaChaStream:
         return raw
 
 
-class PRGError(Exception):
+class PRGError(MpcmlError):
     """A CrypTen generator has no ChaCha20 key: the PRG was not set up for this session."""
 
 
@@ -167,7 +169,8 @@ def _shape(size: Any) -> torch.Size:
     return torch.Size([size]) if isinstance(size, int) else torch.Size(size)
 
 
-def _wrap(tensor: torch.Tensor) -> Any:
+def wrap(tensor: torch.Tensor) -> Any:
+    """A share as CrypTen holds it: CUDA shares in its `CUDALongTensor`, CPU ones as they are."""
     if tensor.is_cuda:
         from crypten.cuda import CUDALongTensor
 
@@ -182,7 +185,7 @@ def generate_random_ring_element(
     if ring_size != 2**64:
         raise PRGError(f"only the 2^64 ring is supported, not {ring_size}")
     device = _device(kwargs.get("device"))
-    return _wrap(_stream(generator, device).ring(_shape(size), 64, device))
+    return wrap(_stream(generator, device).ring(_shape(size), 64, device))
 
 
 def generate_kbit_random_tensor(
@@ -191,7 +194,7 @@ def generate_kbit_random_tensor(
     """CrypTen's `crypten.common.rng.generate_kbit_random_tensor`, from ChaCha20."""
     device = _device(kwargs.get("device"))
     bits = 64 if bitlength is None else bitlength
-    return _wrap(_stream(generator, device).ring(_shape(size), bits, device))
+    return wrap(_stream(generator, device).ring(_shape(size), bits, device))
 
 
 def _key_tensor(key: bytes) -> torch.Tensor:

@@ -6,8 +6,10 @@ there) and retries, which would desynchronise the parties.
 
 from __future__ import annotations
 
+from mpcml.errors import MpcmlError
 
-class TransportError(Exception):
+
+class TransportError(MpcmlError):
     """The data plane failed; the message names the peer and what went wrong.
 
     A peer is unreachable, died, presented the wrong identity, or sent something that does not

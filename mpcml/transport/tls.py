@@ -20,6 +20,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
+from mpcml.transport.address import parse
+
 
 @dataclass(frozen=True)
 class TLSFiles:
@@ -159,10 +161,26 @@ def caller_identity(context: grpc.ServicerContext) -> Identity | None:
     return Identity(cert_names(cert).common_name, cert_role(cert))
 
 
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    return host, int(port)
+def presented_certificate(address: str, tls: TLSFiles, timeout: float = 3.0) -> x509.Certificate:
+    """The certificate the daemon at `address` presents when we connect with `tls`.
+
+    Raises ssl.SSLCertVerificationError when it is not from our CA, OSError when it cannot be
+    reached.
+    """
+    ca, _cert, _key = tls.read()
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca.decode())
+    context.check_hostname = False  # the caller checks the names against the one it expects
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    context.set_alpn_protocols(["h2"])
+    where = parse(address)
+    with (
+        socket.create_connection((where.host, where.port), timeout=timeout) as raw,
+        context.wrap_socket(raw, server_hostname=_sni(where.host)) as conn,
+    ):
+        der = conn.getpeercert(binary_form=True)
+    if der is None:
+        raise ssl.SSLError(f"{address} presented no certificate")
+    return x509.load_der_x509_certificate(der)
 
 
 def diagnose_peer(
@@ -173,17 +191,8 @@ def diagnose_peer(
     Called only after gRPC reported a failure, to turn it into a message that says which
     certificate the peer presented.
     """
-    ca, _cert, _key = tls.read()
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca.decode())
-    context.check_hostname = False
-    context.load_cert_chain(str(tls.cert), str(tls.key))
-    host, port = _split_address(address)
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as raw,
-            context.wrap_socket(raw, server_hostname=_sni(host)) as conn,
-        ):
-            der = conn.getpeercert(binary_form=True)
+        cert = presented_certificate(address, tls, timeout)
     except ssl.SSLCertVerificationError as exc:
         return (
             f"its certificate is not accepted by our CA ({exc.verify_message}); "
@@ -191,9 +200,7 @@ def diagnose_peer(
         )
     except (OSError, ssl.SSLError):
         return None
-    if der is None:
-        return None
-    names = cert_names(x509.load_der_x509_certificate(der))
+    names = cert_names(cert)
     if names.common_name != expected_name or expected_name not in names.dns_names:
         return f"expected a certificate for {expected_name!r}, it presented {names.describe()}"
     return None

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from mpcml.api.jobfile import load as load_job
 from mpcml.cli.main import parser
-from mpcml.jobs.jobfile import load as load_job
 from tests.support.compose import COMPOSE_FILE, REPO, load
 
 DOCKER = COMPOSE_FILE.parent

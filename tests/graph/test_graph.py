@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from mpcml.graph.build import build, validate
-from mpcml.graph.ops import GraphError
+from mpcml.graph.build import build
+from mpcml.graph.ops import GraphError, validate
 from mpcml.graph.trace import trace
 from mpcml.proto.v1 import graph_pb2 as pb
 from tests.graph import models

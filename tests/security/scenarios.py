@@ -9,8 +9,8 @@ import torch
 from crypten.mpc.primitives import ArithmeticSharedTensor
 
 import mpcml
-from mpcml.dealer.provider import DealerProvider
 from mpcml.runtime import prg
+from mpcml.runtime.provider import DealerProvider
 
 SIZE = 64
 DRAWS_TRIED = 8

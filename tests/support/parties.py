@@ -285,7 +285,7 @@ def run_specs_on_dealer(
 ) -> list[PartyResult]:
     """`run_specs` with a dealer process (certificate from `tmp/pki`) as every session's; it
     logs in the specs' `log_format`."""
-    from mpcml.dealer.provider import DealerEndpoint
+    from mpcml.runtime.provider import DealerEndpoint
 
     log_format = str(specs[0].kwargs.get("log_format", "text"))
     with dealer_process(tmp, tmp / "pki", log_format=log_format) as address:

@@ -123,7 +123,7 @@ def test_train_and_infer_through_the_cli_match_plaintext(
 def test_the_example_job_files_run(cluster: LocalCluster) -> None:
     done = mpcml(cluster, "job", "submit", str(REPO / "examples/jobs/infer_digits.toml"), "--watch")
     assert done.returncode == 0, done.stderr
-    from mpcml.jobs.jobfile import load
+    from mpcml.api.jobfile import load
 
     job, _ = load(REPO / "examples/jobs/train_logreg.toml")
     assert job.spec.hyper.epochs == 5 and len(job.spec.graph.nodes) == 2

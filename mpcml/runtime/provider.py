@@ -16,16 +16,15 @@ from typing import Any, ClassVar
 import grpc
 import torch
 
-from mpcml.dealer import tuples
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
-from mpcml.runtime.prg import ChaChaStream, _wrap
+from mpcml.runtime import tuples
+from mpcml.runtime.prg import ChaChaStream, wrap
 from mpcml.transport.errors import TransportError
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
 
 NAME = "MPCML_DEALER"
-MAX_MESSAGE_BYTES = 512 * 2**20
 REQUEST_TIMEOUT_S = 120.0
 
 
@@ -60,8 +59,8 @@ class DealerClient:
             tls,
             endpoint.name,
             [
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", tuples.MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", tuples.MAX_MESSAGE_BYTES),
             ],
         )
         self._stub = pb_grpc.DealerStub(self._channel)
@@ -144,7 +143,7 @@ class DealerProvider:
         shares = tuples.draw(client.stream, client.rank, request, device)
         if client.rank == 0:
             shares.append(client.correction(request, device))
-        return [_wrap(s) for s in shares]
+        return [wrap(s) for s in shares]
 
     @staticmethod
     def _arithmetic(share: Any) -> Any:

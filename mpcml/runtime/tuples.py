@@ -1,5 +1,8 @@
 """What each party draws for a tuple, and the dealer's correcting share, in one place.
 
+Shared by the party's provider (`mpcml.runtime.provider`) and the dealer daemon
+(`mpcml.dealer.server`), so that both sides of the protocol compute from one definition.
+
 Every party derives its shares of a tuple from its own key's ChaCha20 stream; ranks other than
 0 draw every share, rank 0 all but the last, which the dealer computes so that the shares add
 up (or XOR up) to a correct tuple. Parties and dealer call `draw` in the same order, so their
@@ -13,14 +16,17 @@ from typing import Any
 
 import torch
 
+from mpcml.errors import MpcmlError
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.runtime.prg import ChaChaStream
 
+MAX_MESSAGE_BYTES = 512 * 2**20
+"""The largest message between a party and the dealer, either way."""
 OPS = frozenset({"mul", "matmul", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d"})
 CONV_ARGUMENTS = frozenset({"stride", "padding", "dilation", "groups", "output_padding"})
 
 
-class TupleError(ValueError):
+class TupleError(MpcmlError, ValueError):
     """A tuple request the dealer cannot serve; the message says why."""
 
 

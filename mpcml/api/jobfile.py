@@ -13,11 +13,12 @@ from typing import Any
 import jsonschema
 
 from mpcml.api.job import Job, JobSpecError
+from mpcml.errors import MpcmlError
 
 SCHEMA_PATH = Path(__file__).with_name("jobfile.schema.json")
 
 
-class JobFileError(ValueError):
+class JobFileError(MpcmlError, ValueError):
     """A job file is unreadable, does not match the schema, or names a model that does not load."""
 
 
