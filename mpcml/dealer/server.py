@@ -4,7 +4,7 @@ Per job session it draws one 256-bit key per party from `os.urandom` and hands e
 own key once (`Open`). For every tuple rank 0 asks for, it replays every party's ChaCha20
 stream, computes the true tuple and answers with rank 0's correcting share only. It holds
 every key of a session, so it must not collude with any party (the semi-honest, non-colluding
-dealer of DESIGN.md 7); it never sees an input or an output.
+dealer of docs/security.md); it never sees an input or an output.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import math
 import os
 import threading
 import time
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -25,13 +23,14 @@ from prometheus_client import CollectorRegistry
 from mpcml import config as cfg
 from mpcml import metrics
 from mpcml.dealer.metrics import DealerMetrics
+from mpcml.errors import StatusError
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
 from mpcml.runtime import tuples
 from mpcml.runtime.prg import KEY_BYTES, ChaChaStream
 from mpcml.runtime.tuples import MAX_MESSAGE_BYTES
 from mpcml.transport.interceptors import RequestGuard
-from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.serving import caller, start_server
 from mpcml.transport.tls import (
     DEALER_ROLE,
     PARTY_ROLE,
@@ -96,11 +95,6 @@ def _job(session_id: str) -> dict[str, str]:
     return {"job_id": session_id.partition(".")[0]}
 
 
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
-    context.abort(code, message)
-    raise AssertionError("unreachable")
-
-
 class DealerService(pb_grpc.DealerServicer):
     """The `mpcml.v1.Dealer` service."""
 
@@ -112,43 +106,31 @@ class DealerService(pb_grpc.DealerServicer):
         """Counted whether or not anything serves them (`registry` is what the daemon serves)."""
 
     def _caller(self, context: grpc.ServicerContext, expected: str) -> None:
-        identity = caller_identity(context)
-        if identity is None:
-            if not self.insecure:
-                _abort(context, grpc.StatusCode.UNAUTHENTICATED, "a client certificate is required")
-            return
-        if identity.role != PARTY_ROLE:
-            _abort(
-                context,
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"certificate {identity.name!r} has role {identity.role or 'none'!r}; only "
-                f"'{PARTY_ROLE}' certificates get correlated randomness",
-            )
-        if identity.name != expected:
-            _abort(
-                context,
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"the caller's certificate names {identity.name!r}, the request needs {expected!r}",
-            )
+        caller(
+            context,
+            (PARTY_ROLE,),
+            "get correlated randomness",
+            insecure=self.insecure,
+            expected=expected,
+        )
 
-    def _session(self, session_id: str, context: grpc.ServicerContext) -> Session:
+    def _session(self, session_id: str) -> Session:
         with self._lock:
             session = self.sessions.get(session_id)
         if session is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"no dealer session {session_id!r}")
+            raise StatusError("NOT_FOUND", f"no dealer session {session_id!r}")
         return session
 
     def Open(self, request: pb.OpenRequest, context: grpc.ServicerContext) -> pb.OpenReply:
         """Join a session; returns the caller's key."""
         parties = list(request.parties)
         if not request.session_id or len(parties) < 2 or len(set(parties)) != len(parties):
-            _abort(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
+            raise StatusError(
+                "INVALID_ARGUMENT",
                 "a session needs an id and at least two distinct parties",
             )
         if request.rank >= len(parties):
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"rank {request.rank} of {parties}")
+            raise StatusError("INVALID_ARGUMENT", f"rank {request.rank} of {parties}")
         self._caller(context, parties[request.rank])
         with self._lock:
             self._forget_idle()
@@ -165,9 +147,8 @@ class DealerService(pb_grpc.DealerServicer):
                     extra=_job(request.session_id),
                 )
         if session.parties != parties:
-            _abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
+            raise StatusError(
+                "FAILED_PRECONDITION",
                 f"session {request.session_id!r} has parties {session.parties}, not {parties}",
             )
         return pb.OpenReply(key=session.keys[request.rank])
@@ -178,31 +159,29 @@ class DealerService(pb_grpc.DealerServicer):
             del self.sessions[sid]
 
     @staticmethod
-    def _limit(context: grpc.ServicerContext, *elements: int) -> None:
+    def _limit(*elements: int) -> None:
         """RESOURCE_EXHAUSTED for a tensor beyond MAX_ELEMENTS (before any is allocated)."""
         largest = max(abs(n) for n in elements)
         if largest > MAX_ELEMENTS:
-            _abort(
-                context,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise StatusError(
+                "RESOURCE_EXHAUSTED",
                 f"a tuple of {largest} elements exceeds the dealer's limit of {MAX_ELEMENTS}",
             )
 
     def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
         """Rank 0's correcting share of the session's next tuple."""
-        session = self._session(request.session_id, context)
+        session = self._session(request.session_id)
         self._caller(context, session.parties[0])
-        self._limit(context, math.prod(request.size0), math.prod(request.size1))
+        self._limit(math.prod(request.size0), math.prod(request.size1))
         try:
             size = tuples.result_size(request)
         except tuples.TupleError as exc:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        self._limit(context, math.prod(size))
+            raise StatusError("INVALID_ARGUMENT", str(exc)) from None
+        self._limit(math.prod(size))
         with session.lock:
             if request.seq != session.next_seq:
-                _abort(
-                    context,
-                    grpc.StatusCode.FAILED_PRECONDITION,
+                raise StatusError(
+                    "FAILED_PRECONDITION",
                     f"session {request.session_id!r} expects tuple {session.next_seq}, "
                     f"got {request.seq}",
                 )
@@ -236,7 +215,7 @@ class DealerService(pb_grpc.DealerServicer):
             return pb.CloseReply()
         identity = caller_identity(context)
         if identity is not None and identity.name not in session.parties:
-            _abort(context, grpc.StatusCode.PERMISSION_DENIED, "not a party of the session")
+            raise StatusError("PERMISSION_DENIED", "not a party of the session")
         with self._lock:
             session.closed.add(identity.name if identity else str(len(session.closed)))
             if len(session.closed) >= len(session.parties):
@@ -258,22 +237,21 @@ def serve(config: DealerConfig, stop: threading.Event) -> None:
     else:
         check_certificate(config.tls, DEALER_ROLE)
     guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="mpcml-dealer"),
-        interceptors=[guard],
-        options=[
-            ("grpc.max_receive_message_length", guard.hard_limit),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-            ("grpc.http2.max_ping_strikes", 0),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
     registry = metrics.registry()
-    pb_grpc.add_DealerServicer_to_server(DealerService(config.tls is None, registry), server)
-    add_health_and_reflection(server, [pb.DESCRIPTOR.services_by_name["Dealer"].full_name])
-    port = bind(server, config.listen, config.tls)
-    server.start()
+    service = (
+        pb.DESCRIPTOR.services_by_name["Dealer"].full_name,
+        pb_grpc.add_DealerServicer_to_server,
+        DealerService(config.tls is None, registry),
+    )
+    server, port, _ = start_server(
+        "dealer",
+        config.listen,
+        config.tls,
+        guard,
+        [service],
+        max_workers=32,
+        max_send_bytes=MAX_MESSAGE_BYTES,
+    )
     log.info("dealer listening on %s (port %d)", config.listen, port)
     endpoint = None
     try:

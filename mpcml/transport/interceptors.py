@@ -1,8 +1,9 @@
 """What every daemon does to each call before and after its servicer: the request guard.
 
-One place refuses requests over the daemon's size limit, naming the setting to raise, logs
-every refused call once, with the caller and the status, so that servicers only abort, and
-stamps each unary reply with the daemon's clock.
+One place refuses requests over the daemon's size limit, naming the setting to raise, turns a
+servicer's `StatusError` into its gRPC status, logs every refused call once, with the caller
+and the status, so that servicers only raise or abort, and stamps each unary reply with the
+daemon's clock.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from mpcml.errors import StatusError
 from mpcml.transport.tls import caller_identity
 
 log = logging.getLogger(__name__)
@@ -44,10 +46,13 @@ class RequestGuard(_Interceptor):
         return 2 * self.limit
 
     def _refused(self, method: str, context: grpc.ServicerContext, exc: Exception) -> None:
-        """Log the refusal once; turn an unexpected exception into INTERNAL."""
+        """Log the refusal once; a StatusError becomes its status, anything else INTERNAL."""
         code: grpc.StatusCode | None = context.code()  # type: ignore[attr-defined]
         identity = caller_identity(context)
         caller = identity.name if identity else context.peer()
+        if code is None and isinstance(exc, StatusError):
+            log.info("refused %s from %s: %s: %s", method, caller, exc.code, exc)
+            context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
         if code is None:  # not an abort: a bug in the daemon, not bad input
             log.error("%s from %s failed", method, caller, exc_info=exc)
             context.abort(

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
+from mpcml.errors import StatusError
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport import options
 from mpcml.transport.errors import PeerFailedError, ProtocolError
 from mpcml.transport.framing import Assembler, WireFrame, parse_frame
+from mpcml.transport.serving import check_caller
 from mpcml.transport.tls import PARTY_ROLE, caller_identity
 
 if TYPE_CHECKING:
@@ -64,24 +66,18 @@ class DataPlaneServicer:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"rank {rank} is not a peer of {t.me.label()} (world size {t.world_size})",
             )
-        if t.insecure:
-            return
-        expected = t.peers[rank].name
-        presented = caller_identity(context)
-        message = ""
-        if presented is None or presented.name != expected:
-            message = (
-                f"rank {rank} must present a certificate for {expected!r}, the caller "
-                f"presented {presented.name if presented else None!r}"
+        try:
+            check_caller(
+                caller_identity(context),
+                (PARTY_ROLE,),
+                "join a data plane",
+                insecure=t.insecure,
+                expected=t.peers[rank].name,
+                subject=f"rank {rank}",
             )
-        elif presented.role != PARTY_ROLE:
-            message = (
-                f"rank {rank}'s certificate {expected!r} has role {presented.role!r}; only "
-                f"a {PARTY_ROLE!r} certificate may join a data plane"
-            )
-        if message:
-            t.note_rejection(rank, message)  # logs it
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
+        except StatusError as exc:
+            t.note_rejection(rank, str(exc))  # logs it
+            context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
 
     def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
         """Answer a peer that is about to open its stream."""

@@ -31,8 +31,8 @@ from mpcml.transport.errors import (
 from mpcml.transport.inbox import Inbox
 from mpcml.transport.link import Link, PeerInfo, hello
 from mpcml.transport.server import DataPlaneServicer
-from mpcml.transport.serving import add_health_and_reflection
-from mpcml.transport.tls import TLSFiles, channel_credentials, server_credentials
+from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.tls import TLSFiles, channel_credentials
 
 log = logging.getLogger(__name__)
 
@@ -105,19 +105,9 @@ class Transport:
         server_module.add_to_server(DataPlaneServicer(self), server)
         add_health_and_reflection(server, [pb.DESCRIPTOR.services_by_name["DataPlane"].full_name])
         try:
-            if self.tls is None:
-                port = server.add_insecure_port(self._listen)
-            else:
-                port = server.add_secure_port(self._listen, server_credentials(self.tls))
-        except RuntimeError as exc:
-            raise PeerConnectError(
-                f"{self.me.label()} cannot listen on {self._listen}: {exc}"
-            ) from None
-        if port == 0:
-            raise PeerConnectError(
-                f"{self.me.label()} cannot listen on {self._listen}: the "
-                "address is in use or not local"
-            )
+            bind(server, self._listen, self.tls)
+        except OSError as exc:
+            raise PeerConnectError(f"{self.me.label()} {exc}") from None
         server.start()
         self._server = server
 
