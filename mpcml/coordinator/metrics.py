@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.store import Event, JobState
+from mpcml.jobs.events import EventKind
 
 ROUND_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 """A round is a batch of secure training steps: from a fraction of a second to many minutes."""
@@ -38,7 +39,7 @@ class RoundMetrics:
 
     def observe(self, event: Event) -> None:
         """Count a `round_done` event; other events are ignored."""
-        if event.kind == "round_done":
+        if event.kind == EventKind.ROUND_DONE:
             self.committed.inc()
             self.seconds.observe(float(event.data.get("seconds", 0.0)))
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import grpc
 
 from mpcml import config as cfg
 from mpcml import metrics
@@ -20,7 +17,7 @@ from mpcml.coordinator.store import SqliteJobStore
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.interceptors import RequestGuard
-from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.serving import start_server
 from mpcml.transport.tls import COORDINATOR_ROLE, TLSFiles, check_certificate
 
 log = logging.getLogger(__name__)
@@ -97,28 +94,23 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
     )
     registry.register(SchedulerCollector(scheduler))
     guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="mpcml-coordinator"),
-        interceptors=[guard],
-        options=[
-            ("grpc.max_receive_message_length", guard.hard_limit),
-            ("grpc.max_send_message_length", guard.hard_limit),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-            ("grpc.http2.max_ping_strikes", 0),
-            ("grpc.keepalive_time_ms", 10_000),
-            ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
     insecure = config.tls is None
-    cgrpc.add_CoordinatorServicer_to_server(CoordinatorService(scheduler, insecure), server)
-    cgrpc.add_PartyControlServicer_to_server(PartyControlService(scheduler, insecure), server)
+    names = cpb.DESCRIPTOR.services_by_name
     services = [
-        cpb.DESCRIPTOR.services_by_name[n].full_name for n in ("Coordinator", "PartyControl")
+        (
+            names["Coordinator"].full_name,
+            cgrpc.add_CoordinatorServicer_to_server,
+            CoordinatorService(scheduler, insecure),
+        ),
+        (
+            names["PartyControl"].full_name,
+            cgrpc.add_PartyControlServicer_to_server,
+            PartyControlService(scheduler, insecure),
+        ),
     ]
-    add_health_and_reflection(server, services)
-    port = bind(server, config.listen, config.tls)
-    server.start()
+    server, port, _ = start_server(
+        "coordinator", config.listen, config.tls, guard, services, max_workers=64
+    )
     log.info(
         "coordinator listening on %s (port %d), jobs in %s", config.listen, port, config.database
     )

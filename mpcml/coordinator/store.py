@@ -26,7 +26,7 @@ from mpcml.errors import MpcmlError
 
 
 class JobState(StrEnum):
-    """DESIGN.md 5: PENDING -> STARTING -> RUNNING -> COMPLETED | FAILED | CANCELLED."""
+    """docs/architecture.md: PENDING -> STARTING -> RUNNING -> COMPLETED | FAILED | CANCELLED."""
 
     PENDING = "PENDING"
     STARTING = "STARTING"
