@@ -1,1 +1,1 @@
-"""The party daemon (`daemon`), its config and data catalogue, and the job worker it spawns."""
+"""The party daemon: its config, catalogue, policy, coordinator link and job workers."""

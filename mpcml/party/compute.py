@@ -1,23 +1,16 @@
 """One party's side of a job's secure computation, inside an `mpcml.session`.
 
 Every party runs the same sequence of CrypTen calls, in the same order: share every binding's
-data (its owner supplies the values, the others only its shape), build the model, run the
-rounds' batches, and reveal each output only to its recipients (`get_plain_text(dst=...)`).
-Metrics revealed to the coordinator are sent as this party's additive share, which the
-coordinator alone can combine.
+data (`inputs.py`), build the model, run the rounds' batches, and reveal each output only to its
+recipients (`outputs.py`). The model's shares are checkpointed after every training round.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import time
-from pathlib import Path
 from typing import Any
 
 import crypten
-import crypten.communicator as crypten_comm
 import numpy as np
 import torch
 
@@ -27,13 +20,11 @@ from mpcml.graph.ops import GraphError
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.order import epoch_order
 from mpcml.jobs.spec import (
-    COORDINATOR,
     RoundPlan,
     batch_size,
-    recipients,
     round_plan,
 )
-from mpcml.party import catalogue, policy, provenance
+from mpcml.party import policy, provenance
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import (
@@ -42,6 +33,8 @@ from mpcml.party.durable import (
     read_checkpoint,
     write_checkpoint,
 )
+from mpcml.party.inputs import FEATURES, LABELS, InputSharer
+from mpcml.party.outputs import Revealer
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.runtime.crypten_session import Session
@@ -69,122 +62,43 @@ class JobComputation:
         self.plan: RoundPlan | None = None
         self.predictions: Any = None
         self.ids: np.ndarray | None = None
-        self.results = config.job_results(start.job_id)
+        self.reveal = Revealer(
+            self.spec, start.job_id, self.me, self.ranks, config.job_results(start.job_id)
+        )
         crypten.cfg.communicator.verbose = True  # CrypTen counts rounds and bytes only then
 
     # --- inputs -----------------------------------------------------------------------------
 
-    def _mine(self, binding: jpb.DataBinding) -> tuple[np.ndarray, np.ndarray | None]:
-        entry = self.config.datasets.get(binding.dataset)
-        if entry is None:
-            raise DataError(f"party {self.me!r} has no dataset {binding.dataset!r}")
-        table = catalogue.read(entry)
-        return catalogue.select(table, entry, list(binding.columns), self.spec.align_on)
-
-    def _share(
-        self, bindings: list[jpb.DataBinding], what: str
-    ) -> tuple[list[Any], list[list[Any]], list[np.ndarray | None]]:
-        """Each binding's shared tensor and its owner's public (rows, row shape, id digest)."""
-        comm = crypten_comm.get()
-        local: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
-        metas: list[list[Any]] = []
-        for i, b in enumerate(bindings):
-            meta: list[Any] | None = None
-            if b.party == self.me:
-                values, ids = self._mine(b)
-                local[i] = (values, ids)
-                digest = (
-                    hashlib.sha256(np.sort(ids).tobytes()).hexdigest() if ids is not None else ""
-                )
-                meta = [int(values.shape[0]), [int(d) for d in values.shape[1:]], digest]
-            metas.append(comm.broadcast_obj(meta, self.ranks[b.party]))
-        self._check(bindings, metas, what)
-        shared, ids_out = [], []
-        for i, (b, meta) in enumerate(zip(bindings, metas, strict=True)):
-            shape = (meta[0], *meta[1])
-            if i in local:
-                value = torch.from_numpy(self._prepare(local[i][0], what, b))
-                ids_out.append(local[i][1])
-            else:
-                value = torch.zeros(self._prepared_shape(shape, what))
-                ids_out.append(None)
-            shared.append(crypten.cryptensor(value, src=self.ranks[b.party]))
-        return shared, metas, ids_out
-
-    def _check(self, bindings: list[jpb.DataBinding], metas: list[list[Any]], what: str) -> None:
-        first, m0 = bindings[0], metas[0]
-        for b, m in zip(bindings[1:], metas[1:], strict=True):
-            if self.spec.split == jpb.SPLIT_VERTICAL and m[0] != m0[0]:
-                raise DataError(
-                    f"{what}: party {b.party!r} dataset {b.dataset!r} has {m[0]} rows; party "
-                    f"{first.party!r} dataset {first.dataset!r} has {m0[0]}"
-                )
-            if self.spec.split == jpb.SPLIT_HORIZONTAL and m[1] != m0[1]:
-                raise DataError(
-                    f"{what}: party {b.party!r} dataset {b.dataset!r} has rows of shape {m[1]}; "
-                    f"party {first.party!r} dataset {first.dataset!r} has {m0[1]}"
-                )
-
-    def _check_alignment(self, bindings: list[jpb.DataBinding], metas: list[list[Any]]) -> None:
-        if not self.spec.align_on or self.spec.split != jpb.SPLIT_VERTICAL:
-            return
-        for b, m in zip(bindings[1:], metas[1:], strict=True):
-            if m[2] != metas[0][2]:
-                raise DataError(
-                    f"party {b.party!r} dataset {b.dataset!r} holds other row ids "
-                    f"({self.spec.align_on!r}) than party {bindings[0].party!r} dataset "
-                    f"{bindings[0].dataset!r}: rows cannot be aligned"
-                )
-
-    def _classes(self) -> int:
-        return int(self.output_shape[0])
-
-    def _prepare(self, values: np.ndarray, what: str, b: jpb.DataBinding) -> np.ndarray:
-        if what != "labels" or self.spec.hyper.loss != jpb.LOSS_CROSS_ENTROPY:
-            return values.astype(np.float32)
-        labels = values.reshape(-1)
-        classes = self._classes()
-        if not np.all((labels == np.round(labels)) & (labels >= 0) & (labels < classes)):
-            raise DataError(
-                f"labels of party {b.party!r} dataset {b.dataset!r} must be class numbers "
-                f"0..{classes - 1} for cross-entropy"
-            )
-        return np.eye(classes, dtype=np.float32)[labels.astype(np.int64)]
-
-    def _prepared_shape(self, shape: tuple[int, ...], what: str) -> tuple[int, ...]:
-        if what == "labels" and self.spec.hyper.loss == jpb.LOSS_CROSS_ENTROPY:
-            return (shape[0], self._classes())
-        return shape
-
     def load(self) -> int:
         """Share the inputs and build the model; returns the rows of the job's input."""
-        spec = self.spec
-        feature_parts, metas, ids = self._share(list(spec.features), "features")
+        spec, sharer = self.spec, InputSharer(self.spec, self.config, self.ranks)
+        features = sharer.share(list(spec.features), FEATURES)
+        metas = features.metas
         if spec.split == jpb.SPLIT_HORIZONTAL or len(metas) == 1:
-            row_shape = tuple(metas[0][1])
+            row_shape = metas[0].row_shape
         else:
-            row_shape = (sum(m[1][0] for m in metas),)
+            row_shape = (sum(m.row_shape[0] for m in metas),)
         try:
             self.output_shape = infer_shapes(spec.graph, row_shape)
         except GraphError as exc:
             raise DataError(f"the model does not fit the data: {exc}") from None
         dim = 0 if spec.split == jpb.SPLIT_HORIZONTAL else 1
-        self.x = (
-            feature_parts[0] if len(feature_parts) == 1 else crypten.cat(feature_parts, dim=dim)
-        )
+        parts = features.parts
+        self.x = parts[0] if len(parts) == 1 else crypten.cat(parts, dim=dim)
         all_metas = list(metas)
         if spec.labels:
-            label_parts, label_metas, _ = self._share(list(spec.labels), "labels")
-            all_metas += label_metas
-            self.y = label_parts[0] if len(label_parts) == 1 else crypten.cat(label_parts, dim=0)
-            if spec.split == jpb.SPLIT_VERTICAL and label_metas[0][0] != metas[0][0]:
+            classes = int(self.output_shape[0]) if spec.hyper.loss == jpb.LOSS_CROSS_ENTROPY else 0
+            labels = sharer.share(list(spec.labels), LABELS, classes)
+            all_metas += labels.metas
+            self.y = labels.parts[0] if len(labels.parts) == 1 else crypten.cat(labels.parts)
+            if spec.split == jpb.SPLIT_VERTICAL and labels.metas[0].rows != metas[0].rows:
                 lb = spec.labels[0]
                 raise DataError(
-                    f"labels: party {lb.party!r} dataset {lb.dataset!r} has {label_metas[0][0]} "
-                    f"rows; the features have {metas[0][0]}"
+                    f"labels: party {lb.party!r} dataset {lb.dataset!r} has "
+                    f"{labels.metas[0].rows} rows; the features have {metas[0].rows}"
                 )
-        self._check_alignment([*spec.features, *spec.labels], all_metas)
-        self.ids = next((i for i in ids if i is not None), None)
+        sharer.check_alignment([*spec.features, *spec.labels], all_metas)
+        self.ids = features.ids
         rows = int(self.x.size(0))
         self.plan = round_plan(spec, rows)
         self._build_model()
@@ -349,7 +263,7 @@ class JobComputation:
             total = loss.detach() if total is None else total + loss.detach()
         assert total is not None, f"round {round} has no batches"
         mean = total / len(batches)
-        return self._reveal_metrics(round, {"loss": mean})
+        return self.reveal.metrics(round, {"loss": mean})
 
     def _predict(self) -> None:
         assert self.plan is not None
@@ -357,28 +271,6 @@ class JobComputation:
         with crypten.no_grad():
             parts = [self.model(self.x[i : i + size]) for i in range(0, self.plan.rows, size)]
         self.predictions = parts[0] if len(parts) == 1 else crypten.cat(parts, dim=0)
-
-    def _reveal_metrics(self, round: int, metrics: dict[str, Any]) -> list[cpb.MetricShare]:
-        shares: list[cpb.MetricShare] = []
-        for who in recipients(self.spec, jpb.OUTPUT_METRICS):
-            for name, value in metrics.items():
-                if who == COORDINATOR:
-                    shares.append(
-                        cpb.MetricShare(
-                            name=name, share=int(value.share.item()), scale=int(value.encoder.scale)
-                        )
-                    )
-                    continue
-                plain = value.get_plain_text(dst=self.ranks[who])
-                if who == self.me:
-                    self._record_metric(round, name, float(plain.item()))
-        return shares
-
-    def _record_metric(self, round: int, name: str, value: float) -> None:
-        log.info("job %s round %d: %s = %.6f", self.start.job_id, round, name, value)
-        self.results.mkdir(parents=True, exist_ok=True)
-        with (self.results / "metrics.jsonl").open("a") as f:
-            f.write(json.dumps({"round": round, name: value, "at": time.time()}) + "\n")
 
     # --- the end ----------------------------------------------------------------------------
 
@@ -389,17 +281,13 @@ class JobComputation:
         task = self.spec.task
         if task == jpb.TASK_TRAIN:
             self._keep_shares()
-            outputs += self._reveal_weights()
+            outputs += self.reveal.weights(self._tensors(self.model))
         if task == jpb.TASK_EVALUATE:
-            shares = self._reveal_metrics(0, self._evaluation())
-            if self.me in recipients(self.spec, jpb.OUTPUT_METRICS):
-                outputs.append(self._output(jpb.OUTPUT_METRICS, self.results / "metrics.jsonl", []))
+            shares = self.reveal.metrics(0, self._evaluation())
+            outputs += self.reveal.metrics_output()
         if task in (jpb.TASK_INFER, jpb.TASK_EVALUATE):
-            outputs += self._reveal_predictions()
+            outputs += self.reveal.predictions(self.predictions, self.ids, self.rank)
         return outputs, shares
-
-    def _output(self, output: jpb.Output, path: Path, shape: list[int]) -> cpb.PartyOutput:
-        return cpb.PartyOutput(party=self.me, output=output, path=str(path), shape=shape)
 
     def _keep_shares(self) -> None:
         shares = self._shares()
@@ -409,47 +297,6 @@ class JobComputation:
         atomic_write(
             directory / SHARES_FILE, lambda f: torch.save({"rank": self.rank, "shares": shares}, f)
         )
-
-    def _reveal_weights(self) -> list[cpb.PartyOutput]:
-        out = []
-        for who in recipients(self.spec, jpb.OUTPUT_WEIGHTS):
-            state = {
-                k: t.get_plain_text(dst=self.ranks[who])
-                for k, t in self._tensors(self.model).items()
-            }
-            if who == self.me:
-                path = self.results / "weights.pt"
-                atomic_write(path, lambda f, s=state: torch.save(s, f))
-                out.append(self._output(jpb.OUTPUT_WEIGHTS, path, []))
-        return out
-
-    def _row_ids(self, who: str) -> np.ndarray | None:
-        """The aligned row ids for a recipient, who needs them to use the predictions.
-
-        They are sent by the first feature party, to `who` only.
-        """
-        if not self.spec.align_on or self.spec.split != jpb.SPLIT_VERTICAL:
-            return self.ids
-        src = self.ranks[self.spec.features[0].party]
-        rows = int(self.predictions.size(0))
-        mine = self.ids if self.rank == src and self.ids is not None else np.zeros(rows)
-        shared = crypten.cryptensor(torch.from_numpy(mine.astype(np.float64)), src=src)
-        plain = shared.get_plain_text(dst=self.ranks[who])
-        return plain.round().long().numpy() if who == self.me else None
-
-    def _reveal_predictions(self) -> list[cpb.PartyOutput]:
-        out = []
-        for who in recipients(self.spec, jpb.OUTPUT_PREDICTIONS):
-            plain = self.predictions.get_plain_text(dst=self.ranks[who])
-            ids = self._row_ids(who)
-            if who == self.me:
-                path = self.results / "predictions.npz"
-                arrays = {"predictions": plain.numpy()}
-                if ids is not None:
-                    arrays["ids"] = ids
-                atomic_write(path, lambda f, a=arrays: np.savez(f, **a))
-                out.append(self._output(jpb.OUTPUT_PREDICTIONS, path, list(plain.shape)))
-        return out
 
     def _evaluation(self) -> dict[str, Any]:
         loss = self._loss()(self.predictions, self.y)

@@ -49,7 +49,7 @@ class DatasetEntry:
 
 @dataclass(frozen=True)
 class PartyConfig:
-    """A party daemon's settings; plain values, so a spawned worker gets a copy."""
+    """A party daemon's settings; plain values, so a forked worker gets a copy."""
 
     name: str
     data_address: str

@@ -158,7 +158,7 @@ class Policy:
         if "reveal_inputs_to" in table:
             raise ConfigError(
                 "policy.reveal_inputs_to is gone: name who may receive the outputs computed "
-                "from this party's data in policy.outputs_to (README 'Security model')"
+                "from this party's data in policy.outputs_to (docs/security.md)"
             )
         unknown = sorted(set(table) - _KEYS)
         if unknown:

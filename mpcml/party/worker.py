@@ -1,8 +1,10 @@
-"""The job worker: one fresh process per job (CrypTen's state is process-global, DESIGN.md 2).
+"""The job worker: one fresh process per job (CrypTen's state is process-global).
 
-The daemon starts it with `spawn` and talks to it over a pipe of serialized protobuf messages:
-the worker sends `WorkerReport`s (ready, round done, finished, failed), the daemon passes on
-the coordinator's `GoRound` for each round. The worker never talks to the coordinator itself.
+The worker pool (`pool.py`) forks it from a server that imported torch and CrypTen once and
+never touched CUDA (docs/architecture.md), and talks to it over a pipe of serialized protobuf
+messages: the worker sends `WorkerReport`s (ready, round done, finished, failed), the daemon
+passes on the coordinator's `GoRound` for each round. The worker never talks to the
+coordinator itself.
 """
 
 from __future__ import annotations
@@ -26,6 +28,22 @@ if TYPE_CHECKING:  # the daemon, which imports this module, never loads CrypTen
     from mpcml.transport.communicator import PeerTraffic
 
 log = logging.getLogger("mpcml.worker")
+
+HOLD_FILE = "hold-round-{round}"
+"""While `state_dir/hold-round-N` exists, a worker told to run round N waits before it starts.
+
+A debugging aid for an operator, and how the tests make a fault land in a round they choose
+whatever the machine's speed: the other parties wait for the held one inside the round.
+"""
+HOLD_POLL_S = 0.1
+
+
+def _hold(config: PartyConfig, job_id: str, round: int) -> None:
+    gate = config.state_dir / HOLD_FILE.format(round=round)
+    if gate.exists():
+        log.warning("job %s: holding before round %d while %s exists", job_id, round, gate)
+    while gate.exists():
+        time.sleep(HOLD_POLL_S)
 
 
 def _reason(exc: BaseException) -> str:
@@ -85,7 +103,7 @@ def _traffic(traffic: PeerTraffic | None) -> list[cpb.PeerTraffic]:
 
 
 def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
-    """Entry point of the spawned worker process."""
+    """Entry point of the job worker process, forked from the pool's fork server."""
     logs.configure(f"{config.name} worker")
     start = cpb.StartJob.FromString(start_bytes)
     logs.bind(party=config.name, job_id=start.job_id)
@@ -118,6 +136,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             pipe.send(ready=cpb.Ready(rows=rows))
             for round in range(start.resume_round + 1, start.total_rounds + 1):
                 pipe.wait_go(round)
+                _hold(config, start.job_id, round)
                 logs.bind(round=round)
                 began = time.monotonic()
                 shares = job.run_round(round)

@@ -1,6 +1,6 @@
 """Job workers fork from a server that imported `WORKER_PRELOAD`: it must not touch CUDA.
 
-A process forked from one that initialised CUDA cannot use CUDA (DESIGN.md 4.6), so a GPU
+A process forked from one that initialised CUDA cannot use CUDA (docs/architecture.md), so a GPU
 party's workers depend on the imports leaving CUDA alone. Checked on every machine by making
 each entry point into CUDA record its caller while the modules are imported in a fresh
 interpreter.
@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from mpcml.party.daemon import WORKER_PRELOAD, worker_context
+from mpcml.party.pool import WORKER_PRELOAD, worker_context
 
 _PROBE = """
 import importlib, json, sys

@@ -26,7 +26,7 @@ import torch
 
 from mpcml import logs
 from mpcml.demo.cluster import free_ports
-from mpcml.party.daemon import worker_context
+from mpcml.party.pool import worker_context
 from mpcml.security import certs
 
 
