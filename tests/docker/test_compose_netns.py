@@ -23,10 +23,14 @@ import torch
 
 from mpcml.demo import data, models
 from mpcml.demo.run import by_id, plaintext_train
+from mpcml.party.worker import HOLD_FILE
 from tests.support.compose import REPO, Deployment, netns_available
 
 WHY_NOT = netns_available()
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no network namespaces: {WHY_NOT}")
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"no network namespaces: {WHY_NOT}"),
+]
 
 JOB_FILE = REPO / "docker" / "examples" / "train.toml"
 CLIENT_CERTS = "/srv/mpcml/client"
@@ -99,13 +103,18 @@ def test_compose_services_train_the_demo_job_and_resume_after_a_cut_link(
     assert parties.returncode == 0, parties.stderr
     plain = _plaintext()
 
-    # bob's link is cut once round 1 is committed.
+    # bob's link is cut once round 1 is committed, while alice's worker holds before round 2
+    # (worker.HOLD_FILE): the job cannot finish before the cut, however fast the machine is.
+    gate = d.volumes / "alice-state" / "shares" / HOLD_FILE.format(round=2)
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    gate.touch()
     job_id = _submit(d, "compose-train")
     deadline = time.monotonic() + 180
     while int(str(_status(d, job_id).get("committed_round", 0))) < 1:
         assert time.monotonic() < deadline, f"round 1 never committed\n{d.tails()}"
         time.sleep(0.5)
     d.set_link("bob", up=False)
+    gate.unlink()
     cut = time.monotonic()
     try:
         while _status(d, job_id)["state"] not in ("FAILED", "COMPLETED"):

@@ -24,8 +24,11 @@ from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import plaintext_train
+from mpcml.party.worker import HOLD_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.support.relay import Relay
+
+pytestmark = pytest.mark.system
 
 EPOCHS = 1
 BATCHES_PER_ROUND = 3
@@ -79,6 +82,22 @@ def _await_round_2(job: JobHandle) -> None:
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def _round_2_held(cluster: LocalCluster) -> Iterator[None]:
+    """alice's worker holds before round 2 (`worker.HOLD_FILE`) until the block ends.
+
+    The others wait for her inside round 2, so a fault the block sets off lands in round 2 and
+    the job cannot finish first, however fast or loaded the machine is.
+    """
+    gate = cluster.workdir / "alice" / "state" / HOLD_FILE.format(round=2)
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    gate.touch()
+    try:
+        yield
+    finally:
+        gate.unlink()
+
+
 def _kill_during_round_2(
     cluster: LocalCluster, job: JobHandle, party: str, sig: int = signal.SIGKILL
 ) -> float:
@@ -104,8 +123,9 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
 ) -> None:
     reference = client.submit(_train())
     assert reference.wait(timeout=240).state == cpb.COMPLETED
-    job = client.submit(_train())
-    killed = _kill_during_round_2(cluster, job, "bob")
+    with _round_2_held(cluster):
+        job = client.submit(_train())
+        killed = _kill_during_round_2(cluster, job, "bob")
     status = job.wait(timeout=FAIL_WITHIN_S)
     failed_after = time.monotonic() - killed
     assert status.state == cpb.FAILED and "'bob'" in status.reason, status.reason
@@ -135,8 +155,9 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
 def test_a_corrupted_checkpoint_is_refused_naming_the_party_and_round(
     cluster: LocalCluster, client: Client
 ) -> None:
-    job = client.submit(_train())
-    _kill_during_round_2(cluster, job, "carol")
+    with _round_2_held(cluster):
+        job = client.submit(_train())
+        _kill_during_round_2(cluster, job, "carol")
     assert job.wait(timeout=FAIL_WITHIN_S).state == cpb.FAILED
     checkpoint = cluster.workdir / "alice" / "state" / "jobs" / job.id / "checkpoint-1.pt"
     checkpoint.write_bytes(checkpoint.read_bytes()[:-100])  # truncated
@@ -160,8 +181,9 @@ def test_only_a_failed_job_can_be_resumed(client: Client) -> None:
 def test_a_dealer_killed_mid_training_fails_the_job_naming_it_and_a_resume_finishes_it(
     cluster: LocalCluster, client: Client
 ) -> None:
-    job = client.submit(_train())
-    _kill_during_round_2(cluster, job, "dealer")
+    with _round_2_held(cluster):
+        job = client.submit(_train())
+        _kill_during_round_2(cluster, job, "dealer")
     status = job.wait(timeout=FAIL_WITHIN_S)
     assert status.state == cpb.FAILED and "the dealer at" in status.reason, status.reason
     cluster.start_dealer()
@@ -174,8 +196,9 @@ def test_a_dealer_killed_mid_training_fails_the_job_naming_it_and_a_resume_finis
 def test_a_coordinator_killed_mid_training_lists_the_job_and_a_resume_finishes_it(
     cluster: LocalCluster, client: Client
 ) -> None:
-    job = client.submit(_train())
-    _kill_during_round_2(cluster, job, "coordinator")
+    with _round_2_held(cluster):
+        job = client.submit(_train())
+        _kill_during_round_2(cluster, job, "coordinator")
     cluster.start_coordinator()
     cluster.wait_for_parties(client, 60)  # they attach again by themselves
     status = job.status()
@@ -191,8 +214,9 @@ def test_a_coordinator_killed_mid_training_lists_the_job_and_a_resume_finishes_i
 def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(
     cluster: LocalCluster, client: Client
 ) -> None:
-    job = client.submit(_train())
-    frozen = _kill_during_round_2(cluster, job, "bob", signal.SIGSTOP)
+    with _round_2_held(cluster):
+        job = client.submit(_train())
+        frozen = _kill_during_round_2(cluster, job, "bob", signal.SIGSTOP)
     try:
         status = job.wait(timeout=FAIL_WITHIN_S)
         print(f"FROZEN: failed {time.monotonic() - frozen:.1f} s after SIGSTOP: {status.reason}")
@@ -240,10 +264,11 @@ def test_a_party_whose_coordinator_link_breaks_mid_round_attaches_again_and_the_
 ) -> None:
     coordinator_log = cluster.logs / "coordinator.log"
     with _through_relay(cluster, client, "bob") as relay:
-        job = client.submit(_train())
-        _await_round_2(job)
-        before = len(coordinator_log.read_text())
-        relay.cut()  # bob's Attach stream and heartbeats break; its worker keeps computing
+        with _round_2_held(cluster):
+            job = client.submit(_train())
+            _await_round_2(job)
+            before = len(coordinator_log.read_text())
+            relay.cut()  # bob's Attach stream and heartbeats break; its worker keeps computing
         final = job.wait(timeout=240)
         after_cut = coordinator_log.read_text()[before:]
     assert final.state == cpb.COMPLETED, final.reason
