@@ -20,15 +20,20 @@ class ConfigError(MpcmlError, ValueError):
     """A config file is missing, malformed, or lacks a value; the message names the file."""
 
 
+def read_toml(path: Path, what: str, error: type[MpcmlError] = ConfigError) -> dict[str, Any]:
+    """A TOML file as a dict; `error` names `what` it is when it cannot be read or parsed."""
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {str(path)!r} is not valid TOML: {exc}") from None
+
+
 def load(path: str | Path, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Path]:
     """The config as a dict, with environment overrides applied, and the folder it lives in."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config {str(path)!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {str(path)!r} is not valid TOML: {exc}") from None
+    data = read_toml(path, "the config")
     env = os.environ if env is None else env
     for name, value in env.items():
         if not name.startswith("MPCML_") or not value:

@@ -1,7 +1,7 @@
-"""One logging set-up for every mpcml process: the daemons and the job workers they spawn.
+"""One logging set-up for every mpcml process: the daemons and their job workers.
 
 The level comes from `MPCML_LOG_LEVEL` (`--log-level` sets it) and the format from
-`MPCML_LOG_FORMAT` (`--log-format`), so a party's job workers log like the daemon that spawned
+`MPCML_LOG_FORMAT` (`--log-format`), so a party's job workers log like the daemon that started
 them. `text` is for people; `json` is one JSON object per line for log collectors, with the job
 id, round and party of the event where known (`bind`, `scope`, or `extra=` on the call).
 Both formats render the same message: nothing mpcml logs at any level carries a key, a share or

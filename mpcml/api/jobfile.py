@@ -6,13 +6,13 @@ import importlib
 import importlib.util
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
 from mpcml.api.job import Job, JobSpecError
+from mpcml.config import read_toml
 from mpcml.errors import MpcmlError
 
 SCHEMA_PATH = Path(__file__).with_name("jobfile.schema.json")
@@ -51,12 +51,7 @@ def _model_class(ref: str, base: Path) -> Any:
 def load(path: str | Path) -> tuple[Job, str]:
     """The job a file describes, and its idempotency key ("" when it names none)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise JobFileError(f"cannot read the job file {str(path)!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise JobFileError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(path, "the job file", JobFileError)
     errors = sorted(
         jsonschema.Draft202012Validator(schema()).iter_errors(data), key=lambda e: list(e.path)
     )

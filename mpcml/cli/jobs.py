@@ -13,6 +13,7 @@ from google.protobuf import json_format
 
 from mpcml.api.client import Client, ClientError, JobError
 from mpcml.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from mpcml.jobs.events import EventKind
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.transport.tls import TLSFiles
 
@@ -136,16 +137,16 @@ def watch(client: Client, job_id: str, out: TextIO, as_json: bool = False) -> in
     for e in client.job(job_id).watch():
         if as_json:
             print(json.dumps(_json(e)), file=out, flush=True)
-        elif e.kind == "round_done":
+        elif e.kind == EventKind.ROUND_DONE:
             loss = f"  loss {e.metrics['loss']:.4f}" if "loss" in e.metrics else ""
             text = f"round {e.round}/{e.total_rounds} [{_bar(e.round, e.total_rounds)}]{loss}"
             print(("\r" + text) if tty else text, end="" if tty else "\n", file=out, flush=True)
-        elif e.kind == "state":
+        elif e.kind == EventKind.STATE:
             if tty:
                 print(file=out)
             reason = f": {e.message}" if e.message else ""
             print(f"{cpb.JobState.Name(e.state)}{reason}", file=out, flush=True)
-        if e.kind == "state":
+        if e.kind == EventKind.STATE:
             final = e.state
     return EXIT_OK if final == cpb.COMPLETED else EXIT_FAILED
 

@@ -1,4 +1,4 @@
-"""`mpcml`: one entry point for every role (DESIGN.md 8)."""
+"""`mpcml`: one entry point for every role (docs/architecture.md)."""
 
 from __future__ import annotations
 

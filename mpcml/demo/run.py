@@ -36,6 +36,7 @@ from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.graph.init import initial_state
 from mpcml.graph.trace import trace
+from mpcml.jobs.events import EventKind
 from mpcml.jobs.order import epoch_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
@@ -66,10 +67,10 @@ def _say(text: str) -> None:
 def _follow(handle: JobHandle, label: str) -> cpb.JobResult:
     """Show a job's progress; its public result once it completed."""
     for e in handle.watch():
-        if e.kind == "round_done":
+        if e.kind == EventKind.ROUND_DONE:
             loss = f" loss {e.metrics['loss']:.4f}" if "loss" in e.metrics else ""
             _say(f"  {label}: round {e.round}/{e.total_rounds}{loss}")
-        elif e.kind == "state":
+        elif e.kind == EventKind.STATE:
             reason = f" ({e.message})" if e.message else ""
             _say(f"  {label}: {cpb.JobState.Name(e.state)}{reason}")
     return handle.result()

@@ -1,4 +1,4 @@
 """Models as graphs of whitelisted ops.
 
-Traced from torch on the client, built into CrypTen on every party (DESIGN.md 6).
+Traced from torch on the client, built into CrypTen on every party (docs/architecture.md).
 """

@@ -1,8 +1,8 @@
 """`mpcml.session`: CrypTen in the calling process, over the gRPC data plane with mutual TLS.
 
 CrypTen picks its communicator by looking up `crypten.communicator.DistributedCommunicator` when
-`crypten.init()` runs (DESIGN.md 4.2), so the session installs `GrpcCommunicator` there for its
-lifetime and puts CrypTen's own class back afterwards.
+`crypten.init()` runs (docs/architecture.md), so the session installs `GrpcCommunicator` there
+for its lifetime and puts CrypTen's own class back afterwards.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 CrypTen draws share masks, pseudo-random zero shares and provider randomness through two
 functions of `crypten.common.rng`, with `torch.Generator`s seeded by `crypten._setup_prng`
-(DESIGN.md 4.5); neither generator is cryptographically secure. `install()` replaces both
+(docs/security.md); neither generator is cryptographically secure. `install()` replaces both
 functions (also where CrypTen imported them by name) and the seeding: every generator gets a
 256-bit key from the operating system's CSPRNG (`os.urandom`), the keys shared with the next and
 previous party and the global key travel over the session's mutual-TLS data plane, and draws

@@ -1,4 +1,4 @@
-"""The CrypTen provider that takes correlated randomness from the dealer (DESIGN.md 4.3).
+"""The CrypTen provider that takes correlated randomness from the dealer (docs/security.md).
 
 Registered in `crypten.mpc`'s provider table as `MPCML_DEALER`; `mpcml.session(dealer=...)`
 selects it, opens the job's dealer session (which hands this party its key) and closes it at

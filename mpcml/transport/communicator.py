@@ -1,7 +1,7 @@
 """CrypTen's `Communicator` over the gRPC data plane.
 
-Every call CrypTen makes (DESIGN.md 4.2) is built from point-to-point messages on the session's
-streams. Method names and the `_logging` decorator are CrypTen's own, so its communication
+Every call CrypTen makes (docs/architecture.md) is built from point-to-point messages on the
+session's streams. Method names and the `_logging` decorator are CrypTen's own, so its communication
 statistics (rounds, bytes) count exactly what they count over torch.distributed.
 """
 

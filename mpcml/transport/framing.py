@@ -87,7 +87,7 @@ def tensor_header(tensor: torch.Tensor) -> pb.TensorHeader:
 
 
 def _host_bytes(tensor: torch.Tensor) -> memoryview:
-    # CUDA shares move through host memory (DESIGN.md 4.2).
+    # CUDA shares move through host memory (docs/architecture.md).
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
@@ -228,7 +228,7 @@ def empty_tensor(header: pb.TensorHeader) -> torch.Tensor:
         raise ProtocolError(f"tensor of {nbytes} bytes exceeds the limit of {MAX_TENSOR_BYTES}")
     try:
         return torch.empty(tuple(header.shape), dtype=dtype)
-    except RuntimeError as exc:  # never a RuntimeError out of the transport (DESIGN.md 4.2)
+    except RuntimeError as exc:  # never a RuntimeError out of the transport (docs/architecture.md)
         # Dimensions whose strides overflow int64 (next to a 0), or more memory than there is.
         raise ProtocolError(
             f"cannot allocate a tensor of shape {list(header.shape)} and {dtype}: {exc}"

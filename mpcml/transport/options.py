@@ -8,7 +8,7 @@ within `KEEPALIVE_TIMEOUT_MS`.
 from __future__ import annotations
 
 CHUNK_BYTES = 4 * 1024 * 1024
-"""Largest tensor payload in one frame (DESIGN.md 8: frames of 1-4 MiB)."""
+"""Largest tensor payload in one frame (docs/architecture.md: frames of 1-4 MiB)."""
 
 KEEPALIVE_TIME_MS = 1000
 KEEPALIVE_TIMEOUT_MS = 3000
