@@ -7,7 +7,7 @@ CRYPTEN_SPEC ?= crypten==0.4.1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mpcml-installed
 
-.PHONY: install test lint proto bench demo clean
+.PHONY: install test test-fast lint format proto bench demo clean
 
 install: $(STAMP)
 
@@ -20,13 +20,23 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-warn-conflicts -e ".[dev]"
 	touch $(STAMP)
 
+# The whole suite, with the coverage of the test process (daemons' and workers' own lines are
+# not counted: they run in processes of their own).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --cov --cov-report=term:skip-covered
+
+# The fast tier: no daemons, no party sessions (the `system` marker); under 3 minutes.
+test-fast: install
+	$(PY) -m pytest -q -m "not system"
 
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+
+format: install
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 proto: install
 	$(PY) -m mpcml.proto.generate

@@ -105,6 +105,7 @@ def _daemon(*args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.system
 def test_a_daemon_started_with_log_format_json_writes_only_json(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('listen = "127.0.0.1:0"\ndatabase = "c.db"\n')
@@ -120,6 +121,7 @@ def test_a_daemon_started_with_log_format_json_writes_only_json(tmp_path: Path) 
     assert lines[2]["daemon"] == "coordinator" and "listening on" in lines[2]["message"]
 
 
+@pytest.mark.system
 def test_a_daemons_startup_error_is_a_json_line_too(tmp_path: Path) -> None:
     daemon = _daemon("dealer", "--config", str(tmp_path / "missing.toml"), "--log-format", "json")
     _, err = daemon.communicate(timeout=60)

@@ -11,6 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.system
+
 
 def _processes_in(workdir: Path) -> list[int]:
     pids = []

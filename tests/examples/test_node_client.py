@@ -26,6 +26,8 @@ from mpcml.demo.cluster import CLIENT, LocalCluster
 from mpcml.demo.run import predictions
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
+pytestmark = pytest.mark.system
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
 SPEC = NODE_DIR / "digits_infer.json"

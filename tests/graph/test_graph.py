@@ -89,6 +89,7 @@ def test_malformed_graphs_are_refused_before_anything_is_built() -> None:
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.system
 def test_secure_inference_of_a_traced_model_matches_torch(tmp_path: Path, name: str) -> None:
     model = models.seeded(name)
     graph_file, weights_file = tmp_path / "graph.pb", tmp_path / "weights.pt"
@@ -108,6 +109,7 @@ def test_secure_inference_of_a_traced_model_matches_torch(tmp_path: Path, name: 
         assert ok, f"{name} on rank {r.rank}: {detail}"
 
 
+@pytest.mark.system
 def test_secure_training_of_a_traced_model_matches_torch(tmp_path: Path) -> None:
     model = models.seeded("mlp-train")
     graph = trace(model)

@@ -57,6 +57,7 @@ def test_cuda_gives_the_same_stream_as_cpu() -> None:
         assert torch.equal(cpu.ring(shape), gpu.ring(shape, device="cuda").cpu())
 
 
+@pytest.mark.system
 def test_crypten_draws_its_masks_from_chacha_not_from_torch(tmp_path: Path) -> None:
     scenario = "tests.runtime.scenarios:masks_after_reseeding_torch"
     first = run_session(tmp_path / "a", 2, scenario)

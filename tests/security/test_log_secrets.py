@@ -18,6 +18,8 @@ import torch
 
 from tests.support.parties import party_specs, run_specs_on_dealer
 
+pytestmark = pytest.mark.system
+
 
 def key_needles(key: torch.Tensor) -> set[str]:
     """Hex, base64, Python bytes repr and int64 words of a 32-byte key."""

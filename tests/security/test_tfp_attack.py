@@ -1,4 +1,4 @@
-"""The TFP attack (DESIGN.md 4.3): party 0 replays the streams it holds against what was opened.
+"""The TFP attack (docs/security.md): party 0 replays the streams it holds against what was opened.
 
 Under `insecure_provider = "tfp"` it recovers party 1's input exactly; under the dealer (the
 default), which only hands party 0 its own share of each triple, no candidate comes near it.
@@ -13,6 +13,8 @@ import torch
 
 from tests.security import scenarios
 from tests.support.parties import PartyResult, party_specs, run_specs, run_specs_on_dealer
+
+pytestmark = pytest.mark.system
 
 SEED = 20261202
 

@@ -17,6 +17,8 @@ from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from tests.system.conftest import LIMITS
 
+pytestmark = pytest.mark.system
+
 FEATURES = {"alice": "bc-train", "bob": "bc-train"}
 LABELS = {"carol": "bc-train-labels"}
 

@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from mpcml.demo import data, models
 from mpcml.demo.cluster import REPO, LocalCluster
 from mpcml.demo.run import by_id, plaintext_train
+
+pytestmark = pytest.mark.system
 
 TRAIN = """
 name = "cli-logreg"

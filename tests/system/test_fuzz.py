@@ -23,6 +23,8 @@ from tests.support.fuzz import CASES, PROPER, UNDECODABLE
 from tests.support.fuzz import mutate as _mutate
 from tests.support.fuzz import payloads as _payloads
 
+pytestmark = pytest.mark.system
+
 # (service, method, a valid request to mutate, who calls: "client" or "alice")
 METHODS: list[tuple[str, str, Any, str]] = [
     ("Coordinator", "SubmitJob", cpb.SubmitJobRequest(idempotency_key="k"), "client"),

@@ -21,6 +21,8 @@ from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_tra
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.system.conftest import H_SPLIT, MAX_CONCURRENT_JOBS
 
+pytestmark = pytest.mark.system
+
 ACCURACY_POINTS = 0.01
 OUTPUT_TOLERANCE = 0.05
 

@@ -19,6 +19,8 @@ from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.system.test_jobs import _digits_job
 from tests.system.test_security import _data_cells, _private_key_lines
 
+pytestmark = pytest.mark.system
+
 PARTIES = ("alice", "bob")
 DAEMONS = ("coordinator", "dealer", *PARTIES)
 

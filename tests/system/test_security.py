@@ -29,6 +29,8 @@ from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
 from tests.system.conftest import ADMIN
 
+pytestmark = pytest.mark.system
+
 TRAIN = {
     "features": {"alice": "bc-train", "bob": "bc-train"},
     "labels": {"carol": "bc-train-labels"},

@@ -182,7 +182,7 @@ def ops(s: mpcml.Session) -> dict[str, torch.Tensor]:
 
 
 def comm_stats(s: mpcml.Session) -> dict[str, Any]:
-    """CrypTen's communication counters for a 64x64 matmul and relu (DESIGN.md 4.7)."""
+    """CrypTen's communication counters for a 64x64 matmul and relu (docs/architecture.md)."""
     crypten.cfg.communicator.verbose = True
     a = crypten.cryptensor(torch.randn(64, 64), src=0)
     b = crypten.cryptensor(torch.randn(64, 64), src=1)

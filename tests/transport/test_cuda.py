@@ -11,11 +11,14 @@ from tests.support.check import crypten_close
 from tests.support.parties import run_session
 from tests.transport import scenarios
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="no CUDA device on this machine: the GPU path of the data plane is tested only "
-    "where one is present",
-)
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="no CUDA device on this machine: the GPU path of the data plane is tested only "
+        "where one is present",
+    ),
+]
 
 
 def test_cuda_shares_compute_like_plaintext_pytorch(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The coordinator and the dealer serve grpc.health.v1 and server reflection (DESIGN.md 8), as a
+"""The coordinator and the dealer serve grpc.health.v1 and server reflection, as a
 party's data plane does (test_health_and_reflection.py): a client in any language, or grpcurl,
 can discover their services and message types over mutual TLS."""
 
@@ -16,6 +16,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from mpcml.demo.cluster import LocalCluster
 from mpcml.proto.v1 import coordinator_pb2, dealer_pb2
 from mpcml.transport.serving import channel
+
+pytestmark = pytest.mark.system
 
 DAEMONS = {
     "coordinator": (coordinator_pb2.DESCRIPTOR, ["Coordinator", "PartyControl"]),

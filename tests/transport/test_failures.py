@@ -18,6 +18,8 @@ from tests.support.parties import (
     start_looping,
 )
 
+pytestmark = pytest.mark.system
+
 SMOKE = "tests.transport.scenarios:smoke"
 
 

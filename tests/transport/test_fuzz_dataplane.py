@@ -48,6 +48,8 @@ from mpcml.transport.transport import Transport
 from tests.support.fuzz import CASES, MUTATIONS, UNDECODABLE, mutate, payloads, well_formed
 from tests.support.parties import make_pki
 
+pytestmark = pytest.mark.system
+
 NAMES = ["party0", "party1"]
 HELLO_METHOD = "/mpcml.v1.DataPlane/Hello"
 RPC_TIMEOUT_S = 10.0

@@ -1,16 +1,19 @@
-"""A party's data-plane server answers grpc.health.v1 and server reflection (DESIGN.md 8)."""
+"""A party's data-plane server answers grpc.health.v1 and server reflection."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from mpcml.transport import options
 from mpcml.transport.tls import TLSFiles, channel_credentials
 from tests.support.parties import Parties, party_specs, start_looping
+
+pytestmark = pytest.mark.system
 
 
 def test_party_server_reports_serving_and_lists_its_services(tmp_path: Path) -> None:

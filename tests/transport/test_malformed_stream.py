@@ -19,6 +19,8 @@ from mpcml.transport.link import STREAM_METHOD
 from mpcml.transport.tls import TLSFiles, channel_credentials
 from tests.support.parties import Parties, party_specs
 
+pytestmark = pytest.mark.system
+
 OUT_OF_ORDER = pb.Frame(
     kind=pb.FRAME_KIND_TENSOR,
     seq=5,

@@ -17,6 +17,8 @@ from tests.support.parties import (
 )
 from tests.transport import scenarios
 
+pytestmark = pytest.mark.system
+
 OPS = sorted(scenarios.reference(2))
 
 
@@ -65,7 +67,7 @@ def test_every_party_reveals_the_same_values(secure_results: tuple[int, list[Par
 
 
 def test_communication_stats_count_what_crypten_counts(tmp_path: Path) -> None:
-    # DESIGN.md 4.7, measured on stock CrypTen over gloo: 2 parties, 64x64 matmul 1 round and
+    # docs/architecture.md, measured on stock CrypTen over gloo: 2 parties, 64x64 matmul 1 round and
     # 128 KiB, relu 9 rounds and 1856 KiB.
     results = run_session(tmp_path, 2, "tests.transport.scenarios:comm_stats")
     for r in results:
