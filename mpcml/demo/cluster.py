@@ -21,9 +21,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from mpcml import logs
 from mpcml.api.client import Client
 from mpcml.security import certs
+from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,9 +227,34 @@ class LocalCluster:
         for party in self.parties:
             self.start_party(party)
         client = Client(self.coordinator_address, self.client_tls())
+        self.wait_for_dealer(timeout)
         self.wait_for_parties(client, timeout)
         self.client = client
         return client
+
+    def wait_for_dealer(self, timeout: float) -> None:
+        """Until the dealer answers its health check (it loads torch: seconds after its start)."""
+        deadline = time.monotonic() + timeout
+        with channel(self.dealer_address, self.client_tls(), "dealer") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            while True:
+                process = self.processes.get("dealer")
+                if process is not None and process.poll() is not None:
+                    raise RuntimeError(
+                        f"dealer exited with code {process.returncode}:\n{self.tail('dealer')}"
+                    )
+                try:
+                    reply = health.Check(
+                        health_pb2.HealthCheckRequest(), timeout=1, wait_for_ready=True
+                    )
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the dealer did not answer within {timeout:.0f} s:\n{self.tail('dealer')}"
+                    )
 
     def wait_for_parties(self, client: Client, timeout: float) -> None:
         """Until every party is registered; a process that died is reported with its log."""
