@@ -141,6 +141,7 @@ class Job:
         batches_per_round: int = 0,
         shuffle: bool = False,
         shuffle_seed: int = 0,
+        crypten_loss: bool = False,
         seed: int = 0,
         weights: Mapping[str, str] | None = None,
         from_job: str | None = None,
@@ -152,7 +153,8 @@ class Job:
         """Train `model` (a torch.nn.Module, traced here).
 
         Initial weights come from `seed` (`mpcml.graph.init.initial_state`), a party's private
-        model (`weights`), or an earlier job (`from_job`).
+        model (`weights`), or an earlier job (`from_job`). `crypten_loss` trains through
+        CrypTen's loss and autograd instead of the exact fused gradient (`HyperParameters`).
         """
         spec = cls._spec(
             jpb.TASK_TRAIN,
@@ -178,6 +180,7 @@ class Job:
                 batches_per_round=batches_per_round,
                 shuffle=shuffle,
                 shuffle_seed=shuffle_seed,
+                crypten_loss=crypten_loss,
             )
         )
         return cls(spec)

@@ -102,6 +102,7 @@ def _job(data: dict[str, Any], base: Path) -> Job:
                 batches_per_round=t.get("batches_per_round", 0),
                 shuffle=t.get("shuffle", False),
                 shuffle_seed=t.get("shuffle_seed", 0),
+                crypten_loss=t.get("crypten_loss", False),
                 seed=weights.get("init_seed", 0),
                 **common,
             )

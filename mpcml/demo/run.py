@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,25 +87,39 @@ def plaintext_train(
     momentum: float = MOMENTUM,
     seed: int = SEED,
     shuffle_seed: int | None = None,
+    loss: str = "bce",
+    losses: list[float] | None = None,
 ) -> torch.nn.Module:
     """What a secure train job does, in plaintext PyTorch.
 
     The same initial weights (from `seed`), batches in row order (or shuffled as a job with
-    `shuffle_seed` shuffles them), SGD with momentum and BCE.
+    `shuffle_seed` shuffles them), SGD with momentum, and the loss (`bce` on a model ending in
+    Sigmoid, `cross_entropy` on its logits with labels 0..C-1). Each epoch's mean batch loss
+    (what a one-epoch round reports) is appended to `losses`.
     """
     model.load_state_dict(initial_state(trace(model), seed))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y).reshape(-1, 1)
+    xt = torch.from_numpy(x)
+    yt = torch.from_numpy(y)
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    if loss == "bce":
+        yt, loss_fn = yt.reshape(-1, 1), torch.nn.functional.binary_cross_entropy
+    else:
+        yt, loss_fn = yt.reshape(-1).long(), torch.nn.functional.cross_entropy
     for epoch in range(epochs):
         order = torch.arange(len(xt))
         if shuffle_seed is not None:  # the permutation a shuffled job derives (jobs/spec.py)
             order = epoch_order(len(xt), shuffle_seed, epoch)
+        batch_losses = []
         for start in range(0, len(xt), batch_size):
             batch = order[start : start + batch_size]
-            loss = torch.nn.functional.binary_cross_entropy(model(xt[batch]), yt[batch])
+            batch_loss = loss_fn(model(xt[batch]), yt[batch])
             opt.zero_grad()
-            torch.autograd.backward(loss)
+            torch.autograd.backward(batch_loss)
             opt.step()
+            batch_losses.append(float(batch_loss))
+        if losses is not None:
+            losses.append(sum(batch_losses) / len(batch_losses))
     return model
 
 

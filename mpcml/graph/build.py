@@ -24,6 +24,21 @@ def build(graph: pb.Graph) -> Any:
     return module
 
 
+def head(graph: pb.Graph, net: Any) -> Any | None:
+    """The module computing the input of `graph`'s last node (its logits).
+
+    It shares `net`'s layers and parameters; None when that input is the graph's own input.
+    """
+    last = graph.nodes[-1]
+    if graph.output != last.name or last.inputs[0] in graph.inputs:
+        return None
+    module = crypten_nn().Graph(list(graph.inputs), [last.inputs[0]])
+    for node in graph.nodes[:-1]:
+        module.add_module(node.name, net._modules[node.name], list(node.inputs))
+    module.encrypt(mode=net.encrypted)  # its layers are `net`'s, encrypted (or not) already
+    return module.train(net.training)
+
+
 def load_weights(module: Any, graph: pb.Graph, state: Mapping[str, torch.Tensor]) -> None:
     """Put the owner's weights (a torch state_dict) into a built, not yet encrypted, module."""
     for node in graph.nodes:

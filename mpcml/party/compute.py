@@ -19,11 +19,7 @@ from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.order import epoch_order
-from mpcml.jobs.spec import (
-    RoundPlan,
-    batch_size,
-    round_plan,
-)
+from mpcml.jobs.spec import RoundPlan, batch_size, recipients, round_plan
 from mpcml.party import policy, provenance
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
@@ -35,6 +31,7 @@ from mpcml.party.durable import (
 )
 from mpcml.party.inputs import FEATURES, LABELS, InputSharer
 from mpcml.party.outputs import Revealer
+from mpcml.party.training import Trainer, trainer
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.runtime.crypten_session import Session
@@ -57,6 +54,7 @@ class JobComputation:
         self.ranks = {p.name: i for i, p in enumerate(start.peers)}
         self.model: Any = None
         self.optimizer: Any = None
+        self.trainer: Trainer | None = None
         self.x: Any = None
         self.y: Any = None
         self.plan: RoundPlan | None = None
@@ -138,6 +136,8 @@ class JobComputation:
                 momentum=h.momentum,
                 weight_decay=h.weight_decay,
             )
+            want_loss = bool(recipients(spec, jpb.OUTPUT_METRICS))
+            self.trainer = trainer(spec, net, self.optimizer, want_loss)
         else:
             net.eval()
         self.model = net
@@ -245,9 +245,9 @@ class JobComputation:
         if self.spec.task != jpb.TASK_TRAIN:
             self._predict()
             return []
-        plan, loss_fn, total = self.plan, self._loss(), None
-        batches = plan.batches(round)
-        for g in batches:
+        assert self.trainer is not None
+        plan = self.plan
+        for g in plan.batches(round):
             epoch, b = divmod(g, plan.batches_per_epoch)
             start, stop = b * plan.batch_size, min((b + 1) * plan.batch_size, plan.rows)
             order = self._order(epoch)
@@ -256,14 +256,9 @@ class JobComputation:
             else:
                 idx = order[start:stop]
                 xb, yb = self.x[idx], self.y[idx]
-            loss = loss_fn(self.model(xb), yb)
-            self.model.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-            total = loss.detach() if total is None else total + loss.detach()
-        assert total is not None, f"round {round} has no batches"
-        mean = total / len(batches)
-        return self.reveal.metrics(round, {"loss": mean})
+            self.trainer.step(xb, yb)
+        loss = self.trainer.round_loss()
+        return [] if loss is None else self.reveal.metrics(round, {"loss": loss})
 
     def _predict(self) -> None:
         assert self.plan is not None

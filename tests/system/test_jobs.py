@@ -310,3 +310,63 @@ def test_vertical_rows_aligned_by_position_train_like_plaintext(client: Client) 
     ).state_dict()
     for key, value in plain.items():
         assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
+
+
+class TwoClassMLP(torch.nn.Sequential):
+    """The breast-cancer MLP with two logits, for cross-entropy."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.nn.Linear(30, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+@pytest.mark.parametrize(
+    ("model", "loss"),
+    [(models.LogisticRegression, "bce"), (TwoClassMLP, "cross_entropy")],
+    ids=["logreg-bce", "mlp-cross-entropy"],
+)
+def test_fused_training_matches_plaintext_at_least_as_closely_as_cryptens_loss(
+    client: Client, model: type[torch.nn.Module], loss: str
+) -> None:
+    """The exact gradient (the default) against CrypTen's loss and autograd, on the same job:
+    both against plaintext PyTorch, and the rounds' public losses against each other."""
+    split = data.breast_cancer()
+    x, y = by_id(split.id_train, split.x_train, split.y_train)
+
+    def job(crypten_loss: bool) -> Job:
+        return Job.train(
+            model=model(),
+            features={"alice": "bc-train", "bob": "bc-train"},
+            labels={"carol": "bc-train-labels"},
+            align_on="id",
+            epochs=2,
+            lr=0.3,
+            momentum=0.5,
+            seed=4,
+            loss=loss,
+            crypten_loss=crypten_loss,
+            reveal={"weights": ["carol"], "metrics": ["coordinator"]},
+        )
+
+    handles = {fused: client.submit(job(crypten_loss=not fused)) for fused in (True, False)}
+    plain_losses: list[float] = []
+    plain = plaintext_train(
+        model(), x, y, epochs=2, lr=0.3, momentum=0.5, seed=4, loss=loss, losses=plain_losses
+    )
+    diff, losses = {}, {}
+    for fused, handle in handles.items():
+        status = handle.wait(timeout=240)
+        assert status.state == cpb.COMPLETED, status.reason
+        [output] = handle.result().outputs
+        secure = torch.load(output.path, weights_only=True)
+        diff[fused] = max(float((secure[k] - v).abs().max()) for k, v in plain.state_dict().items())
+        losses[fused] = [r.metrics["loss"] for r in handle.result().rounds]
+    off = {f: max(abs(a - b) for a, b in zip(losses[f], plain_losses, strict=True)) for f in diff}
+    print(
+        f"{loss}: max |weight - plaintext| fused {diff[True]:.4f}, CrypTen's loss "
+        f"{diff[False]:.4f}; max |round loss - plaintext| fused {off[True]:.4f}, CrypTen's "
+        f"loss {off[False]:.4f} (plaintext {plain_losses})"
+    )
+    assert diff[True] <= OUTPUT_TOLERANCE
+    assert diff[True] <= diff[False] + 0.005, diff
+    assert off[True] <= OUTPUT_TOLERANCE
+    assert off[True] <= off[False] + 0.005, (losses, plain_losses)

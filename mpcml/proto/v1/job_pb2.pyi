@@ -79,7 +79,7 @@ class WeightSource(_message.Message):
     def __init__(self, init_seed: _Optional[int] = ..., private: _Optional[_Union[PrivateWeights, _Mapping]] = ..., from_job: _Optional[str] = ...) -> None: ...
 
 class HyperParameters(_message.Message):
-    __slots__ = ("epochs", "batch_size", "learning_rate", "momentum", "weight_decay", "loss", "batches_per_round", "shuffle", "shuffle_seed")
+    __slots__ = ("epochs", "batch_size", "learning_rate", "momentum", "weight_decay", "loss", "batches_per_round", "shuffle", "shuffle_seed", "crypten_loss")
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class HyperParameters(_message.Message):
     BATCHES_PER_ROUND_FIELD_NUMBER: _ClassVar[int]
     SHUFFLE_FIELD_NUMBER: _ClassVar[int]
     SHUFFLE_SEED_FIELD_NUMBER: _ClassVar[int]
+    CRYPTEN_LOSS_FIELD_NUMBER: _ClassVar[int]
     epochs: int
     batch_size: int
     learning_rate: float
@@ -98,7 +99,8 @@ class HyperParameters(_message.Message):
     batches_per_round: int
     shuffle: bool
     shuffle_seed: int
-    def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., weight_decay: _Optional[float] = ..., loss: _Optional[_Union[Loss, str]] = ..., batches_per_round: _Optional[int] = ..., shuffle: _Optional[bool] = ..., shuffle_seed: _Optional[int] = ...) -> None: ...
+    crypten_loss: bool
+    def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., weight_decay: _Optional[float] = ..., loss: _Optional[_Union[Loss, str]] = ..., batches_per_round: _Optional[int] = ..., shuffle: _Optional[bool] = ..., shuffle_seed: _Optional[int] = ..., crypten_loss: _Optional[bool] = ...) -> None: ...
 
 class Reveal(_message.Message):
     __slots__ = ("output", "recipients")

@@ -1,0 +1,170 @@
+"""How a batch of a train job moves the model: the exact fused gradient, or CrypTen's loss.
+
+A model that ends in Sigmoid trained with BCE, one that ends in Softmax (or in logits) trained
+with cross-entropy, and any model trained with MSE are trained from the gradient with respect
+to their logits z, computed exactly: (p - y) / rows with p = sigmoid(z) or softmax(z), and
+2 (z - y) / elements for MSE. CrypTen's BCE backward pays, every batch, for the reciprocals of
+p and 1 - p and its forward for two logs, none of which the gradient needs. The loss a round
+reports is the same quantity as before (the mean over the round's batches, each at the weights
+of its step), evaluated once at the end of the round from the logits kept during it, in the
+logits form (softplus(z) - y z; logsumexp(z) - z_y; (z - y)^2), and only when some recipient
+asked for metrics. Any other combination, or a job with `crypten_loss`, trains through
+CrypTen's loss module and autograd as stock CrypTen does.
+
+A model ending in Softmax trained with cross-entropy is trained as softmax regression: the
+cross-entropy of the Softmax's input logits, which is what its Softmax computes probabilities
+from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import crypten
+import torch
+
+from mpcml.graph.build import head
+from mpcml.proto.v1 import graph_pb2 as gpb
+from mpcml.proto.v1 import job_pb2 as jpb
+
+BCE, CROSS_ENTROPY, MSE = jpb.LOSS_BCE, jpb.LOSS_CROSS_ENTROPY, jpb.LOSS_MSE
+
+
+class Trainer(Protocol):
+    """One train job's batches."""
+
+    def step(self, x: Any, y: Any) -> None:
+        """Train on one batch: forward, gradient, optimiser step."""
+        ...
+
+    def round_loss(self) -> Any | None:
+        """The mean loss of the round's batches (a CrypTensor), None when nobody asked.
+
+        The round is forgotten: the next call is about the next round.
+        """
+        ...
+
+
+class AutogradTrainer:
+    """CrypTen's own path: its loss module, autograd from the loss, the optimiser."""
+
+    def __init__(self, net: Any, optimizer: Any, loss: int) -> None:
+        self.net, self.optimizer = net, optimizer
+        losses: dict[int, Any] = {
+            BCE: crypten.nn.BCELoss,
+            CROSS_ENTROPY: crypten.nn.CrossEntropyLoss,
+            MSE: crypten.nn.MSELoss,
+        }
+        self.loss_fn = losses[loss]()
+        self._losses: list[Any] = []
+
+    def step(self, x: Any, y: Any) -> None:
+        """Forward, CrypTen's loss, autograd from it, the optimiser's step."""
+        loss = self.loss_fn(self.net(x), y)
+        self.net.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self._losses.append(loss.detach())
+
+    def round_loss(self) -> Any | None:
+        """The mean of the losses the batches computed anyway."""
+        losses, self._losses = self._losses, []
+        total = losses[0]
+        for loss in losses[1:]:
+            total = total + loss
+        return total / len(losses)
+
+
+@dataclass
+class _Kept:
+    z: Any
+    y: Any
+
+
+class FusedTrainer:
+    """The exact gradient with respect to the logits; the loss once per round."""
+
+    def __init__(self, logits: Any, net: Any, optimizer: Any, loss: int, want_loss: bool) -> None:
+        self.logits, self.net, self.optimizer, self.loss = logits, net, optimizer, loss
+        self.want_loss = want_loss
+        self._kept: list[_Kept] = []
+
+    def _gradient(self, z: Any, y: Any) -> Any:
+        if self.loss == BCE:
+            return (z.sigmoid() - y).div(z.size(0))
+        if self.loss == CROSS_ENTROPY:
+            return (z.softmax(1) - y).div(z.size(0))
+        return (z - y).mul(2.0 / z.nelement())
+
+    def step(self, x: Any, y: Any) -> None:
+        """Logits, their exact gradient, backward from them, the optimiser's step."""
+        z = self.logits(x)
+        with crypten.no_grad():
+            gradient = self._gradient(z, y)
+        self.net.zero_grad()
+        z.backward(gradient)
+        self.optimizer.step()
+        if self.want_loss:
+            self._kept.append(_Kept(z.detach(), y))
+
+    def _terms(self, z: Any, y: Any) -> Any:
+        """Each row's (or element's) loss, in the logits form."""
+        if self.loss == BCE:
+            sign = z.sign()
+            magnitude = z * sign
+            softplus = (z + magnitude).div(2) + (-magnitude).exp().add(1).log()
+            return softplus - y * z
+        if self.loss == CROSS_ENTROPY:
+            return -(y * z.log_softmax(1)).sum(1)
+        return (z - y).square()
+
+    def round_loss(self) -> Any | None:
+        """The round's loss from the logits kept, or None when nobody asked for it."""
+        kept, self._kept = self._kept, []
+        if not self.want_loss or not kept:
+            return None
+        with crypten.no_grad():
+            z = crypten.cat([k.z for k in kept]) if len(kept) > 1 else kept[0].z
+            y = crypten.cat([k.y for k in kept]) if len(kept) > 1 else kept[0].y
+            terms = self._terms(z, y)
+            # Each batch's mean, then their mean: one public weight per term.
+            shapes = [self._term_shape(k.z) for k in kept]
+            weights = torch.cat(
+                [torch.full(shape, 1.0 / (len(kept) * math.prod(shape))) for shape in shapes]
+            )
+            return (terms * weights).sum()
+
+    def _term_shape(self, z: Any) -> tuple[int, ...]:
+        shape = tuple(int(d) for d in z.size())
+        return shape[:1] if self.loss == CROSS_ENTROPY else shape
+
+
+def trainer(
+    spec: jpb.JobSpec, net: Any, optimizer: Any, want_loss: bool
+) -> AutogradTrainer | FusedTrainer:
+    """The trainer for `spec`: fused where the model and the loss allow it."""
+    loss = spec.hyper.loss
+    if spec.hyper.crypten_loss:
+        return AutogradTrainer(net, optimizer, loss)
+    logits = _logits(spec.graph, net, loss)
+    if logits is None:
+        return AutogradTrainer(net, optimizer, loss)
+    return FusedTrainer(logits, net, optimizer, loss, want_loss)
+
+
+def _logits(graph: gpb.Graph, net: Any, loss: int) -> Any | None:
+    """The module computing the logits the fused gradient starts from, or None."""
+    last = graph.nodes[-1]
+    ends_in = last.op if graph.output == last.name else ""
+    dim = last.attrs["dim"].i if ends_in == "Softmax" else 0
+    if loss == BCE and ends_in == "Sigmoid":
+        return head(graph, net)
+    if loss == CROSS_ENTROPY and ends_in == "Softmax" and dim in (1, -1):
+        return head(graph, net)
+    if loss == CROSS_ENTROPY and ends_in != "Softmax":
+        return net
+    if loss == MSE:
+        return net
+    return None
