@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpcml.demo.cluster import free_ports  # noqa: E402
+from mpcml.transport.address import free_ports  # noqa: E402
 from tests.support.parties import dealer_process, make_pki  # noqa: E402
 
 WORKLOADS: dict[str, str] = {

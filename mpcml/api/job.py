@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from mpcml.api.plans import Approximations, plan_of
 from mpcml.errors import MpcmlError
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
@@ -66,6 +67,42 @@ def _graph(model: Any) -> gpb.Graph:
     return trace(model)
 
 
+def _plan(
+    value: Approximations,
+    model: Any,
+    spec: jpb.JobSpec,
+    seed: int,
+    calibration: Any,
+    budget: float,
+) -> jpb.ApproximationPlan:
+    """The plan `value` names; "auto" runs the tuner here on `calibration`."""
+    from mpcml.approx.registry import PlanError
+
+    if value != "auto":
+        try:
+            return plan_of(value)
+        except PlanError as exc:
+            raise JobSpecError(str(exc)) from None
+    if calibration is None or model is None or isinstance(model, gpb.Graph):
+        raise JobSpecError(
+            'approximations="auto" needs the model (a torch module) and calibration= '
+            "(rows, or (rows, labels)): the tuner runs here, on them"
+        )
+    import copy
+
+    import torch
+
+    from mpcml.api.tune import tune
+    from mpcml.graph.init import initial_state
+
+    tuned_model = copy.deepcopy(model)
+    if spec.task == jpb.TASK_TRAIN and spec.weights.WhichOneof("source") == "init_seed":
+        tuned_model.load_state_dict(initial_state(spec.graph, seed))
+    x, y = calibration if isinstance(calibration, tuple) else (calibration, None)
+    labels = None if y is None else torch.as_tensor(y)
+    return tune(tuned_model, torch.as_tensor(x), labels, budget=budget).plan
+
+
 @dataclass(frozen=True)
 class Job:
     """A job ready to submit; build one with `train`, `infer` or `evaluate`."""
@@ -95,6 +132,9 @@ class Job:
         split: str,
         align_on: str,
         name: str,
+        approximations: Approximations = None,
+        calibration: Any = None,
+        budget: float = 0.01,
     ) -> jpb.JobSpec:
         spec = jpb.JobSpec(
             name=name,
@@ -123,6 +163,7 @@ class Job:
             spec.reveal.append(
                 jpb.Reveal(output=_choice(OUTPUTS, output, "output"), recipients=list(who))
             )
+        spec.approximations.CopyFrom(_plan(approximations, model, spec, seed, calibration, budget))
         return spec
 
     @classmethod
@@ -149,12 +190,19 @@ class Job:
         split: str = "vertical",
         align_on: str = "",
         name: str = "",
+        approximations: Approximations = None,
+        calibration: Any = None,
+        budget: float = 0.01,
     ) -> Job:
         """Train `model` (a torch.nn.Module, traced here).
 
         Initial weights come from `seed` (`mpcml.graph.init.initial_state`), a party's private
         model (`weights`), or an earlier job (`from_job`). `crypten_loss` trains through
         CrypTen's loss and autograd instead of the exact fused gradient (`HyperParameters`).
+
+        `approximations` (every task): "crypten" (the default), "auto" (the tuner picks the
+        cheapest plan within `budget` on `calibration` rows, or (rows, labels), here), a plan
+        file, a table as in one, or a plan (`mpcml.approx`, docs/approximations.md).
         """
         spec = cls._spec(
             jpb.TASK_TRAIN,
@@ -168,6 +216,9 @@ class Job:
             split,
             align_on,
             name,
+            approximations,
+            calibration,
+            budget,
         )
         spec.hyper.CopyFrom(
             jpb.HyperParameters(
@@ -198,6 +249,9 @@ class Job:
         split: str = "vertical",
         align_on: str = "",
         name: str = "",
+        approximations: Approximations = None,
+        calibration: Any = None,
+        budget: float = 0.01,
     ) -> Job:
         """Run a model on the features; predictions go only to `reveal["predictions"]`.
 
@@ -216,6 +270,9 @@ class Job:
             split,
             align_on,
             name,
+            approximations,
+            calibration,
+            budget,
         )
         spec.hyper.batch_size = batch_size
         return cls(spec)
@@ -235,6 +292,9 @@ class Job:
         split: str = "vertical",
         align_on: str = "",
         name: str = "",
+        approximations: Approximations = None,
+        calibration: Any = None,
+        budget: float = 0.01,
     ) -> Job:
         """Loss and accuracy of a model on labelled rows, revealed per `reveal["metrics"]`."""
         spec = cls._spec(
@@ -249,6 +309,9 @@ class Job:
             split,
             align_on,
             name,
+            approximations,
+            calibration,
+            budget,
         )
         spec.hyper.batch_size = batch_size
         spec.hyper.loss = _choice(LOSSES, loss, "loss")

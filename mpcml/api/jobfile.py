@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
+import torch
 
+from mpcml.api import plans
 from mpcml.api.job import Job, JobSpecError
+from mpcml.approx.registry import PlanError
 from mpcml.config import read_toml
 from mpcml.errors import MpcmlError
 
@@ -65,6 +69,51 @@ def load(path: str | Path) -> tuple[Job, str]:
     return job, str(data.get("idempotency_key", ""))
 
 
+def model_of(path: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The torch model a job file names (constructed, untrained), and its [weights] table."""
+    path = Path(path)
+    data = read_toml(path, "the job file", JobFileError)
+    if "model" not in data:
+        raise JobFileError(f"{path}: the job file names no [model] to tune")
+    cls = _model_class(data["model"]["python"], path.resolve().parent)
+    try:
+        return cls(**data["model"].get("args", {})), dict(data.get("weights", {}))
+    except TypeError as exc:
+        raise JobFileError(f"model: {exc}") from None
+
+
+def _approximations(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """`approximations` (and, for "auto", the calibration set of [tune]) as `Job` takes them."""
+    value = data.get("approximations")
+    tune = data.get("tune")
+    if value == "auto":
+        if tune is None:
+            raise JobFileError('approximations = "auto" needs a [tune] table with `calibration`')
+        path = base / tune["calibration"]
+        try:
+            with np.load(path) as arrays:
+                x = torch.from_numpy(arrays["x"]).float()
+                y = torch.from_numpy(arrays["y"]) if "y" in arrays else None
+        except (OSError, KeyError, ValueError) as exc:
+            raise JobFileError(
+                f"tune.calibration: cannot read rows `x` from {str(path)!r}: {exc}"
+            ) from None
+        calibration = x if y is None else (x, y)
+        return {
+            "approximations": "auto",
+            "calibration": calibration,
+            "budget": float(tune.get("budget", 0.01)),
+        }
+    if tune is not None:
+        raise JobFileError('[tune] goes with approximations = "auto"')
+    if isinstance(value, str) and value != "crypten":
+        try:
+            return {"approximations": plans.read(base / value)}
+        except PlanError as exc:
+            raise JobFileError(f"approximations: {exc}") from None
+    return {"approximations": value}
+
+
 def _job(data: dict[str, Any], base: Path) -> Job:
     model = None
     if "model" in data:
@@ -76,6 +125,7 @@ def _job(data: dict[str, Any], base: Path) -> Job:
     weights = data.get("weights", {})
     private = weights.get("private")
     common: dict[str, Any] = {
+        **_approximations(data, base),
         "reveal": data.get("reveal"),
         "split": data.get("split", "vertical"),
         "align_on": data.get("align_on", ""),

@@ -106,8 +106,16 @@ def _json(message: Any) -> dict[str, Any]:
 
 
 def _status_text(s: cpb.JobStatus) -> str:
-    """`_status_line` and the model's digest, which a party's `policy.graphs` approves."""
-    return _status_line(s) + (f"\n  model: {s.graph_digest}" if s.graph_digest else "")
+    """`_status_line`, the model's digest (for `policy.graphs`) and its approximation plan."""
+    text = _status_line(s) + (f"\n  model: {s.graph_digest}" if s.graph_digest else "")
+    plan = s.approximations
+    text += f"\n  approximations: {plan.source or 'crypten'}"
+    for kind in ("nodes", "ops"):
+        for name, entry in sorted(getattr(plan, kind).items()):
+            knobs = ", ".join(f"{k}={v:g}" for k, v in sorted(entry.knobs.items()))
+            calibrated = f" on [{entry.low:.4g}, {entry.high:.4g}]" if entry.calibrated else ""
+            text += f"\n    {name}: {entry.implementation or 'crypten'}({knobs}){calibrated}"
+    return text
 
 
 def _status_line(s: cpb.JobStatus) -> str:

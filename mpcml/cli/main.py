@@ -11,7 +11,7 @@ from pathlib import Path
 
 import mpcml
 from mpcml import logs
-from mpcml.cli import doctor, health, jobs
+from mpcml.cli import doctor, health, jobs, tune
 from mpcml.cli.exits import EXIT_BAD_INPUT
 from mpcml.security import certs
 
@@ -181,6 +181,7 @@ def parser() -> argparse.ArgumentParser:
     jobs.add_parsers(sub)
     health.add_parser(sub)
     doctor.add_parser(sub)
+    tune.add_parser(sub)
 
     c = sub.add_parser("demo", help="the whole system on loopback: train, infer, private model")
     c.add_argument("--json", action="store_true", help="end with the results as one JSON line")

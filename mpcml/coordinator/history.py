@@ -77,6 +77,7 @@ def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
             *([PLAINTEXT_WARNING] if insecure else []),
         ],
         graph_digest=graph_digest(spec.graph),
+        approximations=spec.approximations,
     )
     status.state_times.update(job.state_times)
     history = job_history(events)

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mpcml import logs
 from mpcml.api.client import Client
 from mpcml.security import certs
+from mpcml.transport.address import free_ports
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
 
@@ -35,30 +35,6 @@ PARTIES_DIR = REPO / "parties"
 PARTIES = ("alice", "bob", "carol")
 CLIENT = "analyst"
 STOP_TIMEOUT_S = 10.0
-
-
-def free_ports(n: int, block: int = 1) -> list[int]:
-    """Ports that were free a moment ago on 127.0.0.1, each the first of `block` free ones."""
-    socks: list[socket.socket] = []
-    found: list[int] = []
-    try:
-        while len(found) < n:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            first = s.getsockname()[1]
-            try:
-                for port in range(first + 1, first + block):
-                    t = socket.socket()
-                    socks.append(t)
-                    t.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            found.append(first)
-        return found
-    finally:
-        for s in socks:
-            s.close()
 
 
 class LocalCluster:

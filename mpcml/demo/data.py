@@ -94,17 +94,35 @@ def digits() -> Split:
 
 def train_digits_mlp(split: Split, epochs: int = 30) -> DigitsMLP:
     """Bob's private model: plain SGD with momentum, seeded so that reruns give the same model."""
-    torch.manual_seed(0)
     model = DigitsMLP()
+    train_digits(model, split, epochs)
+    return model
+
+
+def train_digits(model: nn.Module, split: Split, epochs: int = 30) -> nn.Module:
+    """Train a digits classifier in plaintext, seeded: SGD with momentum.
+
+    Cross-entropy on its logits (a final Softmax is left out of the loss). Its input is what
+    its first layer takes: 64 pixels, or a 1x8x8 image for a convolution.
+    """
+    torch.manual_seed(0)
+    for module in model.modules():  # initial weights from the seed, whenever it was built
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    layers = list(model.children())
+    logits = nn.Sequential(*layers[:-1]) if isinstance(layers[-1], nn.Softmax) else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     x = torch.from_numpy(split.x_train)
+    if isinstance(layers[0], nn.Conv2d):
+        x = x.reshape(-1, 1, 8, 8)
     y = torch.from_numpy(split.y_train.astype(np.int64))
     model.train()
     for _ in range(epochs):
         for batch in torch.split(torch.randperm(len(x)), 64):
             optimizer.zero_grad()
-            loss_fn(model(x[batch]), y[batch]).backward()
+            loss_fn(logits(x[batch]), y[batch]).backward()
             optimizer.step()
     model.eval()
     return model

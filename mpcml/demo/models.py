@@ -38,3 +38,30 @@ class DigitsMLP(nn.Sequential):
 
     def __init__(self) -> None:
         super().__init__(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+class DigitsTanhMLP(nn.Sequential):
+    """A digits classifier with smooth non-linearities: Tanh, and a final Softmax.
+
+    What the approximation tuner has something to choose for.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10), nn.Softmax(dim=1))
+
+
+class DigitsCNN(nn.Sequential):
+    """A small convolutional digits classifier on 1x8x8 images.
+
+    Tanh, average pooling and a final Softmax.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            nn.Conv2d(1, 4, 3),
+            nn.Tanh(),
+            nn.AvgPool2d(2),
+            nn.Flatten(),
+            nn.Linear(36, 10),
+            nn.Softmax(dim=1),
+        )

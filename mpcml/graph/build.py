@@ -7,17 +7,39 @@ from typing import Any
 
 import torch
 
+from mpcml.approx.implementations import apply
+from mpcml.approx.plan import Choice
 from mpcml.graph.ops import SPECS, GraphError, crypten_nn, decode_attrs, validate
 from mpcml.proto.v1 import graph_pb2 as pb
 
 
-def build(graph: pb.Graph) -> Any:
-    """A crypten.nn module computing `graph` (with placeholder weights until loaded)."""
+def approximated(choice: Choice, dim: int = -1) -> Any:
+    """A crypten.nn module computing a node's function by the plan's implementation."""
+
+    class _Approximated(crypten_nn().Module):  # type: ignore[misc]
+        def forward(self, x: Any) -> Any:
+            return apply(choice.function, choice.implementation, x, choice.knobs, dim)
+
+    _Approximated.__name__ = f"{choice.function}_{choice.implementation}"
+    return _Approximated()
+
+
+def build(graph: pb.Graph, choices: Mapping[str, Choice] | None = None) -> Any:
+    """A crypten.nn module computing `graph` (with placeholder weights until loaded).
+
+    A non-linear node runs the implementation `choices` names for it (`mpcml.approx.plan`);
+    CrypTen's own where there is none.
+    """
     validate(graph)
     module = crypten_nn().Graph(list(graph.inputs), [graph.output])
     for node in graph.nodes:
+        attrs = decode_attrs(node)
+        choice = (choices or {}).get(node.name)
         try:
-            op_module = SPECS[node.op].build(decode_attrs(node))
+            if choice is not None and not choice.is_crypten:
+                op_module = approximated(choice, int(attrs.get("dim", -1)))
+            else:
+                op_module = SPECS[node.op].build(attrs)
         except KeyError as exc:
             raise GraphError(f"node {node.name!r}: {node.op} needs the setting {exc}") from None
         module.add_module(node.name, op_module, list(node.inputs))

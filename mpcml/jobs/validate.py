@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
+from mpcml.approx.plan import resolve
+from mpcml.approx.registry import PlanError
 from mpcml.errors import MpcmlError
 from mpcml.graph.ops import GraphError
 from mpcml.graph.ops import validate as check_graph
@@ -255,6 +257,10 @@ def validate(
         raise SpecError(
             f"the model does not fit the data (rows of shape {list(row_shape)}): {exc}"
         ) from None
+    try:
+        resolve(spec.approximations, spec.graph)
+    except PlanError as exc:
+        raise SpecError(str(exc)) from None
     _check_labels(spec, parties, rows, output)
     _check_weights(spec, parties)
     _check_hyper(spec)

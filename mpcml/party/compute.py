@@ -14,6 +14,7 @@ import crypten
 import numpy as np
 import torch
 
+from mpcml.approx.plan import resolve
 from mpcml.graph.build import build, load_weights
 from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
@@ -106,7 +107,8 @@ class JobComputation:
 
     def _build_model(self) -> None:
         spec, graph = self.spec, self.spec.graph
-        net = build(graph)
+        choices = resolve(spec.approximations, graph)
+        net = build(graph, choices)
         source = spec.weights.WhichOneof("source")
         src = 0
         if source == "init_seed":
@@ -137,7 +139,7 @@ class JobComputation:
                 weight_decay=h.weight_decay,
             )
             want_loss = bool(recipients(spec, jpb.OUTPUT_METRICS))
-            self.trainer = trainer(spec, net, self.optimizer, want_loss)
+            self.trainer = trainer(spec, net, self.optimizer, want_loss, choices)
         else:
             net.eval()
         self.model = net

@@ -19,12 +19,15 @@ from.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import crypten
 import torch
 
+from mpcml.approx.implementations import apply
+from mpcml.approx.plan import Choice
 from mpcml.graph.build import head
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
@@ -84,18 +87,36 @@ class _Kept:
 
 
 class FusedTrainer:
-    """The exact gradient with respect to the logits; the loss once per round."""
+    """The exact gradient with respect to the logits; the loss once per round.
 
-    def __init__(self, logits: Any, net: Any, optimizer: Any, loss: int, want_loss: bool) -> None:
+    p is computed as the plan says for the model's final Sigmoid or Softmax (`activation`).
+    """
+
+    def __init__(
+        self,
+        logits: Any,
+        net: Any,
+        optimizer: Any,
+        loss: int,
+        want_loss: bool,
+        activation: Choice | None = None,
+    ) -> None:
         self.logits, self.net, self.optimizer, self.loss = logits, net, optimizer, loss
         self.want_loss = want_loss
+        self.activation = activation
         self._kept: list[_Kept] = []
+
+    def _p(self, z: Any, function: str) -> Any:
+        choice = self.activation
+        if choice is None or choice.is_crypten:
+            return z.sigmoid() if function == "sigmoid" else z.softmax(1)
+        return apply(function, choice.implementation, z, choice.knobs, 1)
 
     def _gradient(self, z: Any, y: Any) -> Any:
         if self.loss == BCE:
-            return (z.sigmoid() - y).div(z.size(0))
+            return (self._p(z, "sigmoid") - y).div(z.size(0))
         if self.loss == CROSS_ENTROPY:
-            return (z.softmax(1) - y).div(z.size(0))
+            return (self._p(z, "softmax") - y).div(z.size(0))
         return (z - y).mul(2.0 / z.nelement())
 
     def step(self, x: Any, y: Any) -> None:
@@ -142,7 +163,11 @@ class FusedTrainer:
 
 
 def trainer(
-    spec: jpb.JobSpec, net: Any, optimizer: Any, want_loss: bool
+    spec: jpb.JobSpec,
+    net: Any,
+    optimizer: Any,
+    want_loss: bool,
+    choices: Mapping[str, Choice] | None = None,
 ) -> AutogradTrainer | FusedTrainer:
     """The trainer for `spec`: fused where the model and the loss allow it."""
     loss = spec.hyper.loss
@@ -151,7 +176,9 @@ def trainer(
     logits = _logits(spec.graph, net, loss)
     if logits is None:
         return AutogradTrainer(net, optimizer, loss)
-    return FusedTrainer(logits, net, optimizer, loss, want_loss)
+    last = spec.graph.nodes[-1].name
+    activation = (choices or {}).get(last) if logits is not net else None
+    return FusedTrainer(logits, net, optimizer, loss, want_loss, activation)
 
 
 def _logits(graph: gpb.Graph, net: Any, loss: int) -> Any | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 from mpcml.errors import MpcmlError
@@ -46,3 +47,27 @@ def reachable(listen: str) -> str:
     """A listen address as a client on the same machine reaches it (wildcards: loopback)."""
     parsed = parse(listen)
     return f"127.0.0.1:{parsed.port}" if parsed.host in WILDCARDS else listen
+
+
+def free_ports(n: int, block: int = 1) -> list[int]:
+    """Ports that were free a moment ago on 127.0.0.1, each the first of `block` free ones."""
+    socks: list[socket.socket] = []
+    found: list[int] = []
+    try:
+        while len(found) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            first = s.getsockname()[1]
+            try:
+                for port in range(first + 1, first + block):
+                    t = socket.socket()
+                    socks.append(t)
+                    t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found.append(first)
+        return found
+    finally:
+        for s in socks:
+            s.close()

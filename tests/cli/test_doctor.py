@@ -59,7 +59,7 @@ def test_wrong_role_name_expiry_issuer_and_key_each_fail_with_a_fix(tmp_path: Pa
 
 
 def test_an_address_where_nothing_listens_fails_naming_the_port(tmp_path: Path) -> None:
-    from mpcml.demo.cluster import free_ports
+    from mpcml.transport.address import free_ports
 
     certs.init_ca(tmp_path)
     certs.issue(tmp_path, "alice", role="party")

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from mpcml import logs
-from mpcml.demo.cluster import free_ports
 from mpcml.party.pool import worker_context
 from mpcml.security import certs
+from mpcml.transport.address import free_ports
 
 
 def make_pki(directory: Path, names: Sequence[str]) -> dict[str, dict[str, str]]:

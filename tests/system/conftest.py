@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mpcml.api.client import Client
-from mpcml.demo import data
+from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 
 H_SPLIT = 228
@@ -21,6 +21,8 @@ MAX_CONCURRENT_JOBS = 2
 """Every party's `max_concurrent_jobs`: two jobs at once, further ones wait PENDING."""
 LIMITS = {"max_message_bytes": 1 << 20, "max_job_rows": 100_000}
 """The coordinator's limits: far above what the tests' jobs need, except those that test them."""
+TUNABLE = {"digits-tanh": models.DigitsTanhMLP, "digits-cnn": models.DigitsCNN}
+"""bob's private models with non-linear nodes to approximate, by catalogue name."""
 ADMIN = "ops"
 """The client the coordinator's `admins` names: it may act on every job."""
 
@@ -65,6 +67,19 @@ def _extend_profiles(parties: Path) -> None:
             'metrics = ["carol", "coordinator"] }\n'
         )
         f.write('\n[models.identity]\npath = "identity.pt"\n')
+    # bob's digits classifiers with Tanh and Softmax (the approximation tests), and alice's
+    # test images as 1x8x8 for the convolutional one.
+    digits = data.digits()
+    for name, model in TUNABLE.items():
+        torch.save(data.train_digits(model(), digits).state_dict(), parties / "bob" / f"{name}.pt")
+        with (parties / "bob" / "party.toml").open("a") as f:
+            f.write(f'\n[models.{name}]\npath = "{name}.pt"\n')
+        with (parties / "bob" / "party.toml").open("a") as f:
+            f.write(f'\n[policy.for_model.{name}]\noutputs_to = {{ predictions = ["alice"] }}\n')
+    images = parties / "alice" / "data" / "digits_images.npz"
+    np.savez(images, x=digits.x_test.reshape(-1, 1, 8, 8), id=digits.id_test)
+    with (parties / "alice" / "party.toml").open("a") as f:
+        f.write('\n[datasets.digits-images]\npath = "data/digits_images.npz"\nid_column = "id"\n')
 
 
 @pytest.fixture(scope="module")

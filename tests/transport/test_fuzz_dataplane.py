@@ -38,9 +38,9 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from mpcml.demo.cluster import free_ports
 from mpcml.proto.v1 import dataplane_pb2 as pb
 from mpcml.transport import framing, options
+from mpcml.transport.address import free_ports
 from mpcml.transport.errors import ProtocolError, TransportError
 from mpcml.transport.link import STREAM_METHOD, PeerInfo
 from mpcml.transport.tls import TLSFiles, channel_credentials, server_credentials

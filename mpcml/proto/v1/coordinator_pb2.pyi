@@ -108,7 +108,7 @@ class PartyStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest")
+    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest", "approximations")
     class StateTimesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +139,7 @@ class JobStatus(_message.Message):
     COMMITTED_ROUND_FIELD_NUMBER: _ClassVar[int]
     RESUMES_FIELD_NUMBER: _ClassVar[int]
     GRAPH_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    APPROXIMATIONS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: JobState
@@ -155,7 +156,8 @@ class JobStatus(_message.Message):
     committed_round: int
     resumes: int
     graph_digest: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ...) -> None: ...
+    approximations: _job_pb2.ApproximationPlan
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ..., approximations: _Optional[_Union[_job_pb2.ApproximationPlan, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("seq", "at", "kind", "round", "state", "metrics", "message", "total_rounds")

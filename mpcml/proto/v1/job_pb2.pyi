@@ -50,6 +50,51 @@ OUTPUT_WEIGHTS: Output
 OUTPUT_PREDICTIONS: Output
 OUTPUT_METRICS: Output
 
+class Approximation(_message.Message):
+    __slots__ = ("implementation", "knobs", "calibrated", "low", "high")
+    class KnobsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    IMPLEMENTATION_FIELD_NUMBER: _ClassVar[int]
+    KNOBS_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATED_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    implementation: str
+    knobs: _containers.ScalarMap[str, float]
+    calibrated: bool
+    low: float
+    high: float
+    def __init__(self, implementation: _Optional[str] = ..., knobs: _Optional[_Mapping[str, float]] = ..., calibrated: _Optional[bool] = ..., low: _Optional[float] = ..., high: _Optional[float] = ...) -> None: ...
+
+class ApproximationPlan(_message.Message):
+    __slots__ = ("source", "nodes", "ops")
+    class NodesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Approximation
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Approximation, _Mapping]] = ...) -> None: ...
+    class OpsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Approximation
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Approximation, _Mapping]] = ...) -> None: ...
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    nodes: _containers.MessageMap[str, Approximation]
+    ops: _containers.MessageMap[str, Approximation]
+    def __init__(self, source: _Optional[str] = ..., nodes: _Optional[_Mapping[str, Approximation]] = ..., ops: _Optional[_Mapping[str, Approximation]] = ...) -> None: ...
+
 class DataBinding(_message.Message):
     __slots__ = ("party", "dataset", "columns")
     PARTY_FIELD_NUMBER: _ClassVar[int]
@@ -111,7 +156,7 @@ class Reveal(_message.Message):
     def __init__(self, output: _Optional[_Union[Output, str]] = ..., recipients: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "task", "graph", "weights", "features", "labels", "split", "align_on", "hyper", "reveal", "parties", "insecure_provider")
+    __slots__ = ("name", "task", "graph", "weights", "features", "labels", "split", "align_on", "hyper", "reveal", "parties", "insecure_provider", "approximations")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     GRAPH_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +169,7 @@ class JobSpec(_message.Message):
     REVEAL_FIELD_NUMBER: _ClassVar[int]
     PARTIES_FIELD_NUMBER: _ClassVar[int]
     INSECURE_PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    APPROXIMATIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     graph: _graph_pb2.Graph
@@ -136,4 +182,5 @@ class JobSpec(_message.Message):
     reveal: _containers.RepeatedCompositeFieldContainer[Reveal]
     parties: _containers.RepeatedScalarFieldContainer[str]
     insecure_provider: str
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., weights: _Optional[_Union[WeightSource, _Mapping]] = ..., features: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., labels: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., split: _Optional[_Union[Split, str]] = ..., align_on: _Optional[str] = ..., hyper: _Optional[_Union[HyperParameters, _Mapping]] = ..., reveal: _Optional[_Iterable[_Union[Reveal, _Mapping]]] = ..., parties: _Optional[_Iterable[str]] = ..., insecure_provider: _Optional[str] = ...) -> None: ...
+    approximations: ApproximationPlan
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., weights: _Optional[_Union[WeightSource, _Mapping]] = ..., features: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., labels: _Optional[_Iterable[_Union[DataBinding, _Mapping]]] = ..., split: _Optional[_Union[Split, str]] = ..., align_on: _Optional[str] = ..., hyper: _Optional[_Union[HyperParameters, _Mapping]] = ..., reveal: _Optional[_Iterable[_Union[Reveal, _Mapping]]] = ..., parties: _Optional[_Iterable[str]] = ..., insecure_provider: _Optional[str] = ..., approximations: _Optional[_Union[ApproximationPlan, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Approximations of non-linear functions under MPC: the registry, emulation, costs, bounds."""

@@ -1,0 +1,198 @@
+"""The registry's implementations, written once for CrypTen's tensors and for `Fixed`.
+
+Each is a small function of the input and its knobs that uses only what both offer (products,
+sums, public constants, comparisons through `hardtanh`, and CrypTen's own approximations), so
+that the tuner's emulation and the parties' MPC compute the same thing. To add one: write it
+here, register its `Spec` (knobs, domain) in `registry.py`, and run
+`python -m mpcml.approx.costs` to measure its rounds and bytes; `bounds.py` derives its error
+bound and `tests/approx/` checks it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import crypten
+import torch
+
+from mpcml.approx import registry
+from mpcml.approx.fixed import Fixed
+
+Compute = Callable[[Any, Mapping[str, float], int], Any]
+"""(input, filled-in knobs, dim for softmax) -> output."""
+
+
+def _phi(x: torch.Tensor) -> torch.Tensor:
+    """The standard normal's distribution function."""
+    return 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+
+REFERENCES: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
+    "exp": lambda x, d: torch.exp(x),
+    "log": lambda x, d: torch.log(x),
+    "reciprocal": lambda x, d: 1 / x,
+    "sqrt": lambda x, d: torch.sqrt(x),
+    "rsqrt": lambda x, d: torch.rsqrt(x),
+    "sigmoid": lambda x, d: torch.sigmoid(x),
+    "tanh": lambda x, d: torch.tanh(x),
+    "softmax": lambda x, d: torch.softmax(x, d),
+    "gelu": lambda x, d: x * _phi(x),
+    "silu": lambda x, d: x * torch.sigmoid(x),
+    "erf": lambda x, d: torch.erf(x),
+}
+"""What each function is, in float64 plaintext."""
+
+_ODD_TARGETS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "sigmoid": lambda x: torch.sigmoid(x) - 0.5,
+    "silu": lambda x: torch.sigmoid(x) - 0.5,
+    "tanh": torch.tanh,
+    "erf": torch.erf,
+    "gelu": lambda x: _phi(x) - 0.5,
+}
+"""The odd function each `poly` implementation fits (sigmoid, gelu and silu around 0.5)."""
+
+
+@functools.cache
+def odd_fit(function: str, degree: int, bound: float) -> tuple[float, ...]:
+    """Coefficients c_1, c_3, ..., c_degree of an odd polynomial in u = x / b.
+
+    The least-squares fit of the target on [-b, b], over 256 Chebyshev nodes.
+    """
+    nodes = torch.cos(torch.pi * (torch.arange(256, dtype=torch.float64) + 0.5) / 256)
+    powers = torch.stack([nodes**k for k in range(1, degree + 1, 2)], dim=1)
+    target = _ODD_TARGETS[function](nodes * bound)
+    solution = torch.linalg.lstsq(powers, target.unsqueeze(1)).solution.squeeze(1)
+    return tuple(float(c) for c in solution)
+
+
+def _odd_poly(u: Any, coefficients: tuple[float, ...]) -> Any:
+    """c_1 u + c_3 u^3 + ...: u times a polynomial of u^2 (half the products of u's)."""
+    if len(coefficients) == 1:
+        return u.mul(coefficients[0])
+    inner = u.square().polynomial(list(coefficients[1:])).add(coefficients[0])
+    return u.mul(inner)
+
+
+def _scaled(x: Any, k: Mapping[str, float]) -> Any:
+    clipped = x.hardtanh(-k["bound"], k["bound"]) if k["clip"] else x
+    return clipped.div(k["bound"])
+
+
+def _poly(function: str) -> Compute:
+    def compute(x: Any, k: Mapping[str, float], dim: int) -> Any:
+        fit = odd_fit(function, int(k["degree"]), float(k["bound"]))
+        value = _odd_poly(_scaled(x, k), fit)
+        if function in ("gelu", "silu"):
+            return x.mul(value.add(0.5))
+        return value.add(0.5) if function == "sigmoid" else value
+
+    return compute
+
+
+def _with(overrides: Callable[[Mapping[str, float]], dict[str, Any]], method: str) -> Compute:
+    """CrypTen's own method under other settings (fewer iterations, known-positive inputs)."""
+
+    def compute(x: Any, k: Mapping[str, float], dim: int) -> Any:
+        with crypten.cfg.temp_override(overrides(k)):
+            return getattr(x, method)()
+
+    return compute
+
+
+def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    n = int(k["iterations"])
+    result = x.div(2**n).add(1)
+    for _ in range(n):
+        result = result.square()
+    return result
+
+
+def _softmax_bounded(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    numerator = _exp_limit(x.sub(k["shift"]), k, dim)
+    overrides = {
+        "functions.reciprocal_all_pos": True,
+        "functions.reciprocal_nr_iters": int(k["reciprocal_iterations"]),
+    }
+    with crypten.cfg.temp_override(overrides):
+        inverse = numerator.sum(dim, keepdim=True).reciprocal()
+    return numerator.mul(inverse)
+
+
+def _cat(parts: list[Any], dim: int) -> Any:
+    return Fixed.cat(parts, dim) if isinstance(parts[0], Fixed) else crypten.cat(parts, dim)
+
+
+def _max_along(x: Any, dim: int) -> Any:
+    """The largest entry along `dim` (kept as size 1), by a tree of max(a, b) = a + relu(b - a)."""
+    n = x.size(dim)
+    while n > 1:
+        half = n // 2
+        a, b = x.narrow(dim, 0, half), x.narrow(dim, half, half)
+        pairs = a.add(b.sub(a).relu())
+        x = _cat([pairs, x.narrow(dim, 2 * half, 1)], dim) if n % 2 else pairs
+        n = half + n % 2
+    return x
+
+
+def _softmax_treemax(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    numerator = _exp_limit(x.sub(_max_along(x, dim)), k, dim)
+    overrides = {
+        "functions.reciprocal_all_pos": True,
+        "functions.reciprocal_nr_iters": int(k["reciprocal_iterations"]),
+    }
+    with crypten.cfg.temp_override(overrides):
+        inverse = numerator.sum(dim, keepdim=True).reciprocal()
+    return numerator.mul(inverse)
+
+
+def _gelu_crypten(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    return x.mul(x.div(math.sqrt(2)).erf().add(1)).div(2)
+
+
+IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
+    ("exp", "crypten"): lambda x, k, d: x.exp(),
+    ("exp", "limit"): _exp_limit,
+    ("log", "crypten"): lambda x, k, d: x.log(),
+    ("log", "householder"): _with(
+        lambda k: {"functions.log_iterations": int(k["iterations"])}, "log"
+    ),
+    ("reciprocal", "crypten"): lambda x, k, d: x.reciprocal(),
+    ("reciprocal", "positive"): _with(
+        lambda k: {
+            "functions.reciprocal_all_pos": True,
+            "functions.reciprocal_nr_iters": int(k["iterations"]),
+        },
+        "reciprocal",
+    ),
+    ("sqrt", "crypten"): lambda x, k, d: x.sqrt(),
+    ("sqrt", "newton"): _with(lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "sqrt"),
+    ("rsqrt", "crypten"): lambda x, k, d: x.inv_sqrt(),
+    ("rsqrt", "newton"): _with(
+        lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "inv_sqrt"
+    ),
+    ("sigmoid", "crypten"): lambda x, k, d: x.sigmoid(),
+    ("sigmoid", "poly"): _poly("sigmoid"),
+    ("sigmoid", "seg3"): lambda x, k, d: x.div(8).add(0.5).hardtanh(0, 1),
+    ("tanh", "crypten"): lambda x, k, d: x.tanh(),
+    ("tanh", "poly"): _poly("tanh"),
+    ("softmax", "crypten"): lambda x, k, d: x.softmax(d),
+    ("softmax", "bounded"): _softmax_bounded,
+    ("softmax", "treemax"): _softmax_treemax,
+    ("gelu", "crypten"): _gelu_crypten,
+    ("gelu", "poly"): _poly("gelu"),
+    ("silu", "crypten"): lambda x, k, d: x.mul(x.sigmoid()),
+    ("silu", "poly"): _poly("silu"),
+    ("erf", "crypten"): lambda x, k, d: x.erf(),
+    ("erf", "poly"): _poly("erf"),
+}
+
+assert set(IMPLEMENTATIONS) == {(f, n) for f, t in registry.SPECS.items() for n in t}
+
+
+def apply(function: str, name: str, x: Any, knobs: Mapping[str, float], dim: int = -1) -> Any:
+    """`function` of `x` (a CrypTensor or a `Fixed`) by implementation `name` with `knobs`."""
+    settings = registry.knobs(function, name, knobs)
+    return IMPLEMENTATIONS[(function, name)](x, settings, dim)

@@ -1,0 +1,338 @@
+"""The approximation registry: what each non-linear function can be computed with, torch-free.
+
+For every function (exp, log, reciprocal, sqrt, rsqrt, sigmoid, tanh, softmax, gelu, silu, erf)
+the implementations a plan may name, their knobs with ranges, and the input range (domain) on
+which each is accurate and cannot overflow CrypTen's fixed-point ring. The computations are in
+`implementations.py`, the error bounds they are held to in `bounds.py`, and their measured
+rounds and bytes in `costs.json` (`python -m mpcml.approx.costs`). This module imports neither
+torch nor CrypTen: the coordinator checks plans with it.
+
+`crypten` is always CrypTen's own implementation (its default configuration): the same results,
+and the same cost, as stock CrypTen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from mpcml.errors import MpcmlError
+
+PRODUCT_LIMIT = 2.0**31
+"""A product of two fixed-point values (16 fractional bits) at or over this wraps CrypTen's
+64-bit ring: 2^63 / 2^32."""
+
+UNBOUNDED = 2.0**15
+"""The largest magnitude any implementation takes: its square must stay under PRODUCT_LIMIT."""
+
+
+class PlanError(MpcmlError, ValueError):
+    """An approximation, knob or range a plan may not use; the message names it."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting of an implementation."""
+
+    name: str
+    low: float
+    high: float
+    default: float
+    integer: bool = True
+    structural: bool = True
+    """It changes the rounds and bytes: part of the cost table's key."""
+    doc: str = ""
+
+
+Domain = Callable[[Mapping[str, float]], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One implementation of one function: its knobs and where it holds."""
+
+    function: str
+    name: str
+    doc: str
+    knobs: tuple[Knob, ...] = ()
+    domain: Domain = lambda k: (-UNBOUNDED, UNBOUNDED)
+    """Inputs on which the stated error holds and nothing overflows, for the given knobs."""
+    scale: str = "absolute"
+    """How its error is measured: "absolute"; "relative" (to max(|f(x)|, 2^-10): exp,
+    reciprocal, sqrt, rsqrt); "relative1" (to max(|f(x)|, 1): gelu, silu, whose output grows
+    like x)."""
+
+    def knob(self, name: str) -> Knob:
+        """The knob called `name`, or PlanError."""
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        known = ", ".join(k.name for k in self.knobs) or "none"
+        raise PlanError(f"{self.function} {self.name!r} has no knob {name!r} (knobs: {known})")
+
+
+def _iterations(default: int, low: int, high: int, doc: str) -> Knob:
+    return Knob("iterations", low, high, default, doc=doc)
+
+
+def _poly_knobs(degree: int, bound: float, high: float = 32.0) -> tuple[Knob, ...]:
+    return (
+        Knob("degree", 3, 15, degree, doc="odd degree of the polynomial"),
+        Knob("bound", 1.0, high, bound, integer=False, structural=False, doc="fitted on [-b, b]"),
+        Knob("clip", 0, 1, 1, doc="1: clamp the input to [-b, b] first (two comparisons)"),
+    )
+
+
+def _clipped(k: Mapping[str, float]) -> tuple[float, float]:
+    bound = k["bound"]
+    return (-UNBOUNDED, UNBOUNDED) if k["clip"] else (-bound, bound)
+
+
+def _exp_domain(k: Mapping[str, float]) -> tuple[float, float]:
+    # (1 + x/2^n)^(2^n): the base must stay positive (x > -2^n); its relative error,
+    # about x^2 / 2^(n+1), stays small only for moderate positive x.
+    return (-(2.0 ** k.get("iterations", 8)) / 2, 4.0)
+
+
+def _saturating(k: Mapping[str, float]) -> tuple[float, float]:
+    # x (0.5 + p(u)): beyond -b the fit's residual at u = -1 is multiplied by |x|.
+    return (-2 * k["bound"] if k["clip"] else -k["bound"], 2.0**14)
+
+
+SPECS: dict[str, dict[str, Spec]] = {}
+
+
+def register(spec: Spec) -> Spec:
+    """Add an implementation to the registry (names are unique per function)."""
+    table = SPECS.setdefault(spec.function, {})
+    if spec.name in table:
+        raise ValueError(f"{spec.function} already has an implementation {spec.name!r}")
+    table[spec.name] = spec
+    return spec
+
+
+for _spec in (
+    Spec("exp", "crypten", "CrypTen's limit (1 + x/256)^256", domain=_exp_domain, scale="relative"),
+    Spec(
+        "exp",
+        "limit",
+        "(1 + x/2^n)^(2^n): n squarings, so n rounds; fewer is cheaper and less accurate",
+        (_iterations(8, 4, 12, "n"),),
+        domain=_exp_domain,
+        scale="relative",
+    ),
+    Spec(
+        "log",
+        "crypten",
+        "CrypTen's Householder iterations (2, order 8) from a closed-form guess",
+        domain=lambda k: (1e-3, 200.0),
+    ),
+    Spec(
+        "log",
+        "householder",
+        "Householder iterations of order 8 from CrypTen's guess; each costs an exp",
+        (_iterations(2, 1, 3, "iterations"),),
+        domain=lambda k: (1e-3, 200.0),
+    ),
+    Spec(
+        "reciprocal",
+        "crypten",
+        "CrypTen's Newton-Raphson (10 iterations) on |x|, times the sign (a comparison); at 16 "
+        "fractional bits the reciprocal of x above 16 has few significant bits left",
+        domain=lambda k: (1e-2, 16.0),
+        scale="relative",
+    ),
+    Spec(
+        "reciprocal",
+        "positive",
+        "Newton-Raphson from CrypTen's guess, for inputs known to be positive: no comparison",
+        (_iterations(10, 4, 12, "Newton-Raphson iterations"),),
+        domain=lambda k: (0.05 if k["iterations"] < 8 else 1e-2, 16.0),
+        scale="relative",
+    ),
+    Spec(
+        "sqrt",
+        "crypten",
+        "x times CrypTen's inverse square root (3 Newton-Raphson iterations)",
+        domain=lambda k: (0.1, 200.0),
+        scale="relative",
+    ),
+    Spec(
+        "sqrt",
+        "newton",
+        "x times the inverse square root by n Newton-Raphson iterations from CrypTen's guess",
+        (_iterations(3, 2, 6, "n"),),
+        domain=lambda k: (0.1, 200.0),
+        scale="relative",
+    ),
+    Spec(
+        "rsqrt",
+        "crypten",
+        "CrypTen's inverse square root (3 Newton-Raphson iterations)",
+        domain=lambda k: (0.1, 200.0),
+        scale="relative",
+    ),
+    Spec(
+        "rsqrt",
+        "newton",
+        "n Newton-Raphson iterations from CrypTen's guess",
+        (_iterations(3, 2, 6, "n"),),
+        domain=lambda k: (0.1, 200.0),
+        scale="relative",
+    ),
+    Spec(
+        "sigmoid",
+        "crypten",
+        "CrypTen's 1 / (1 + e^-|x|) with the sign folded back (exp, reciprocal, a comparison)",
+        domain=lambda k: (-64.0, 64.0),
+    ),
+    Spec(
+        "sigmoid",
+        "poly",
+        "0.5 + an odd least-squares polynomial of x/b, fitted on [-b, b] at Chebyshev nodes",
+        _poly_knobs(7, 8.0),
+        domain=_clipped,
+    ),
+    Spec(
+        "sigmoid",
+        "seg3",
+        "SPU's SEG3: 0.5 + x/8 clamped to [0, 1] (two comparisons, no multiplication)",
+        domain=lambda k: (-UNBOUNDED, UNBOUNDED),
+    ),
+    Spec("tanh", "crypten", "CrypTen's 2 sigmoid(2x) - 1", domain=lambda k: (-32.0, 32.0)),
+    Spec(
+        "tanh",
+        "poly",
+        "an odd least-squares polynomial of x/b, fitted on [-b, b] at Chebyshev nodes",
+        _poly_knobs(9, 4.0),
+        domain=_clipped,
+    ),
+    Spec(
+        "softmax",
+        "crypten",
+        "CrypTen's: exp(x - max) / sum, the max by a tree of comparisons",
+        domain=lambda k: (-64.0, 64.0),
+    ),
+    Spec(
+        "softmax",
+        "bounded",
+        "exp(x - s) / sum with a public shift s >= every input (from calibration): no max; "
+        "each row's largest input must be within 4 of s",
+        (
+            Knob("shift", -64.0, 64.0, 8.0, integer=False, structural=False, doc="s"),
+            Knob("iterations", 6, 10, 8, doc="exp's squarings"),
+            Knob("reciprocal_iterations", 6, 12, 10, doc="Newton-Raphson iterations"),
+        ),
+        domain=lambda k: (k["shift"] - 16.0, k["shift"]),
+    ),
+    Spec(
+        "softmax",
+        "treemax",
+        "exp(x - max) / sum, the max by a tree of pairwise max(a, b) = a + relu(b - a) (one "
+        "comparison a level, no argmax), exp and the sum's reciprocal with fewer iterations",
+        (
+            Knob("iterations", 6, 10, 8, doc="exp's squarings"),
+            Knob("reciprocal_iterations", 6, 12, 10, doc="Newton-Raphson iterations"),
+        ),
+        # x - max >= -(max - min) must stay above -2^n for exp's base to stay positive.
+        domain=lambda k: (-(2.0 ** k["iterations"]) / 4, 2.0 ** k["iterations"] / 4),
+    ),
+    Spec(
+        "gelu",
+        "crypten",
+        "0.5 x (1 + erf(x / sqrt 2)) with CrypTen's erf (whose domain is narrow: see erf)",
+        domain=lambda k: (-0.7, 0.7),
+        scale="relative1",
+    ),
+    Spec(
+        "gelu",
+        "poly",
+        "x (0.5 + p(x/b)), p an odd polynomial fitted to Phi(x) - 0.5 on [-b, b], clamped",
+        _poly_knobs(7, 5.0),
+        domain=_saturating,
+        scale="relative1",
+    ),
+    Spec(
+        "silu",
+        "crypten",
+        "x sigmoid(x) with CrypTen's sigmoid",
+        domain=lambda k: (-64.0, 64.0),
+        scale="relative1",
+    ),
+    Spec(
+        "silu",
+        "poly",
+        "x (0.5 + p(x/b)), p an odd polynomial fitted to sigmoid(x) - 0.5 on [-b, b], clamped",
+        _poly_knobs(7, 8.0),
+        domain=_saturating,
+        scale="relative1",
+    ),
+    Spec(
+        "erf",
+        "crypten",
+        "CrypTen's Taylor series (8 terms); its odd powers come from CrypTen 0.4.1's `pow`, "
+        "which computes (x^3)^((p-1)/2) for odd p, so it holds only near 0",
+        domain=lambda k: (-0.5, 0.5),
+    ),
+    Spec(
+        "erf",
+        "poly",
+        "an odd least-squares polynomial of x/b, fitted on [-b, b] at Chebyshev nodes",
+        _poly_knobs(9, 3.0),
+        domain=_clipped,
+    ),
+):
+    register(_spec)
+
+FUNCTIONS = tuple(SPECS)
+"""The non-linear functions the registry covers."""
+
+OP_FUNCTIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Softmax": "softmax"}
+"""Graph ops (`mpcml.graph.ops`) computed by one of the registry's functions."""
+
+
+def spec(function: str, name: str) -> Spec:
+    """The implementation `name` of `function`, or PlanError naming the choices."""
+    table = SPECS.get(function)
+    if table is None:
+        raise PlanError(f"no approximations for {function!r} (functions: {', '.join(SPECS)})")
+    found = table.get(name)
+    if found is None:
+        raise PlanError(
+            f"{function} has no implementation {name!r} (implementations: {', '.join(table)})"
+        )
+    return found
+
+
+def knobs(function: str, name: str, given: Mapping[str, float]) -> dict[str, float]:
+    """`given` with the defaults filled in, each checked against its range, or PlanError."""
+    found = spec(function, name)
+    for key in given:
+        found.knob(key)
+    out: dict[str, float] = {}
+    for knob in found.knobs:
+        value = float(given.get(knob.name, knob.default))
+        if not math.isfinite(value) or not knob.low <= value <= knob.high:
+            raise PlanError(
+                f"{function} {name!r}: knob {knob.name} = {value:g} is outside "
+                f"[{knob.low:g}, {knob.high:g}]"
+            )
+        if knob.integer and value != int(value):
+            raise PlanError(f"{function} {name!r}: knob {knob.name} must be a whole number")
+        if knob.name == "degree" and int(value) % 2 == 0:
+            raise PlanError(f"{function} {name!r}: knob degree must be odd, got {value:g}")
+        out[knob.name] = value
+    return out
+
+
+def domain(function: str, name: str, settings: Mapping[str, float]) -> tuple[float, float]:
+    """Where the implementation with these (filled-in) knobs is accurate and cannot overflow."""
+    return spec(function, name).domain(settings)
+
+
+def cost_key(function: str, name: str, settings: Mapping[str, float]) -> str:
+    """The cost table's key: the function, the implementation and its structural knobs."""
+    found = spec(function, name)
+    parts = [f"{k.name}={int(settings[k.name])}" for k in found.knobs if k.structural]
+    return f"{function}/{name}" + (f"/{','.join(parts)}" if parts else "")
