@@ -70,15 +70,17 @@ def tls_files(data: Mapping[str, Any], base: Path) -> TLSFiles | None:
     return TLSFiles(*(resolve(base, need(table, k, base)) for k in ("ca", "cert", "key")))
 
 
-def positive_int(data: Mapping[str, Any], key: str, default: int, where: Path) -> int:
-    """An optional whole-number setting of at least 1, or a ConfigError naming the key."""
+def positive_int(
+    data: Mapping[str, Any], key: str, default: int, where: Path, minimum: int = 1
+) -> int:
+    """An optional whole-number setting of at least `minimum`, or a ConfigError naming it."""
     value = data.get(key, default)
     try:
         number = int(str(value).replace("_", ""))
     except ValueError:
-        number = 0
-    if number < 1:
+        number = minimum - 1
+    if number < minimum:
         raise ConfigError(
-            f"`{key}` in the config in {where} must be a whole number >= 1, got {value!r}"
+            f"`{key}` in the config in {where} must be a whole number >= {minimum}, got {value!r}"
         )
     return number

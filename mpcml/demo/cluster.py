@@ -141,6 +141,8 @@ class LocalCluster:
             "MPCML_RESULTS_DIR": str(self.workdir / party / "results"),
             "MPCML_MAX_CONCURRENT_JOBS": str(self.max_concurrent_jobs),
             "MPCML_HEALTH_ADDRESS": self.health_addresses[party],
+            # every party on one machine: one torch thread each, or their workers contend
+            "MPCML_TORCH_THREADS": "1",
         }
 
     def metrics_url(self, name: str) -> str:

@@ -9,6 +9,7 @@ device = "cpu"                     # or "cuda:0"
 max_concurrent_jobs = 1            # workers at once; slot s listens on data_address's port + s
 metrics_address = "127.0.0.1:9102" # optional: Prometheus metrics (mpcml/party/metrics.py)
 health_address = "0.0.0.0:7190"    # optional: grpc.health.v1, SERVING while attached
+torch_threads = 0                  # torch threads per job worker (0: one per core)
 [tls]
 ca = "certs/ca.pem"
 cert = "certs/alice.pem"
@@ -73,6 +74,9 @@ class PartyConfig:
     """HOST:PORT of the daemon's Prometheus endpoint; empty: none."""
     health_address: str = ""
     """Where to serve `grpc.health.v1` and reflection (none when empty)."""
+    torch_threads: int = 0
+    """Threads each job worker's torch uses (0: torch's default, one per core). Parties that
+    share a machine with each other want 1, or their workers contend for the cores."""
 
     @classmethod
     def load(cls, path: str | Path) -> PartyConfig:
@@ -106,6 +110,7 @@ class PartyConfig:
             max_concurrent_jobs=cfg.positive_int(data, "max_concurrent_jobs", 1, base),
             metrics_address=metrics.address(data, base),
             health_address=str(data.get("health_address", "")),
+            torch_threads=cfg.positive_int(data, "torch_threads", 0, base, minimum=0),
         )
 
     def public_health_address(self) -> str:

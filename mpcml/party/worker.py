@@ -112,8 +112,13 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
     traffic: PeerTraffic | None = None
     try:
         # Imported here: the daemon itself never loads CrypTen.
+        import torch
+
         from mpcml.party.compute import JobComputation
         from mpcml.runtime.crypten_session import session
+
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
 
         with session(
             start.rank,

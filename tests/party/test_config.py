@@ -1,0 +1,27 @@
+"""A party's config: the worker's torch threads, checked when the daemon reads it."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpcml.config import ConfigError
+from mpcml.demo.cluster import PARTIES_DIR
+from mpcml.party.config import PartyConfig
+
+ALICE = PARTIES_DIR / "alice" / "party.toml"
+
+
+def test_torch_threads_default_to_torchs_own() -> None:
+    assert PartyConfig.load(ALICE).torch_threads == 0
+
+
+def test_torch_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPCML_TORCH_THREADS", "2")
+    assert PartyConfig.load(ALICE).torch_threads == 2
+
+
+@pytest.mark.parametrize("value", ["-1", "many"])
+def test_bad_torch_threads_name_the_key(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("MPCML_TORCH_THREADS", value)
+    with pytest.raises(ConfigError, match=r"torch_threads.*>= 0"):
+        PartyConfig.load(ALICE)
