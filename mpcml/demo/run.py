@@ -117,7 +117,7 @@ def plaintext_train(
             opt.zero_grad()
             torch.autograd.backward(batch_loss)
             opt.step()
-            batch_losses.append(float(batch_loss))
+            batch_losses.append(float(batch_loss.detach()))
         if losses is not None:
             losses.append(sum(batch_losses) / len(batch_losses))
     return model

@@ -11,9 +11,9 @@ logits form (softplus(z) - y z; logsumexp(z) - z_y; (z - y)^2), and only when so
 asked for metrics. Any other combination, or a job with `crypten_loss`, trains through
 CrypTen's loss module and autograd as stock CrypTen does.
 
-A model ending in Softmax trained with cross-entropy is trained as softmax regression: the
-cross-entropy of the Softmax's input logits, which is what its Softmax computes probabilities
-from.
+A model ending in Softmax trained with cross-entropy is trained as softmax regression, either
+way: the cross-entropy of the Softmax's input logits, which is what its Softmax computes
+probabilities from (and how a CrypTen user trains such a model).
 """
 
 from __future__ import annotations
@@ -51,10 +51,15 @@ class Trainer(Protocol):
 
 
 class AutogradTrainer:
-    """CrypTen's own path: its loss module, autograd from the loss, the optimiser."""
+    """CrypTen's own path: its loss module, autograd from the loss, the optimiser.
 
-    def __init__(self, net: Any, optimizer: Any, loss: int) -> None:
+    `forward` is what the loss is taken of: the model, or the logits of a model ending in
+    Softmax trained with cross-entropy (which is how a CrypTen user trains it).
+    """
+
+    def __init__(self, net: Any, optimizer: Any, loss: int, forward: Any = None) -> None:
         self.net, self.optimizer = net, optimizer
+        self.forward = forward if forward is not None else net
         losses: dict[int, Any] = {
             BCE: crypten.nn.BCELoss,
             CROSS_ENTROPY: crypten.nn.CrossEntropyLoss,
@@ -65,7 +70,7 @@ class AutogradTrainer:
 
     def step(self, x: Any, y: Any) -> None:
         """Forward, CrypTen's loss, autograd from it, the optimiser's step."""
-        loss = self.loss_fn(self.net(x), y)
+        loss = self.loss_fn(self.forward(x), y)
         self.net.zero_grad()
         loss.backward()
         self.optimizer.step()
@@ -171,11 +176,10 @@ def trainer(
 ) -> AutogradTrainer | FusedTrainer:
     """The trainer for `spec`: fused where the model and the loss allow it."""
     loss = spec.hyper.loss
-    if spec.hyper.crypten_loss:
-        return AutogradTrainer(net, optimizer, loss)
     logits = _logits(spec.graph, net, loss)
-    if logits is None:
-        return AutogradTrainer(net, optimizer, loss)
+    if spec.hyper.crypten_loss or logits is None:
+        softmax_regression = loss == CROSS_ENTROPY and logits is not None and logits is not net
+        return AutogradTrainer(net, optimizer, loss, logits if softmax_regression else None)
     last = spec.graph.nodes[-1].name
     activation = (choices or {}).get(last) if logits is not net else None
     return FusedTrainer(logits, net, optimizer, loss, want_loss, activation)
