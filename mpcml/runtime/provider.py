@@ -9,6 +9,7 @@ the dealer for its correcting share.
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -70,6 +71,8 @@ class DealerClient:
         self.wire_bytes = 0
         """Their requests' and replies' serialized size: what the dealer adds to the traffic."""
         self._lock = threading.Lock()
+        self._outbox: queue.Queue[tuple[pb.TupleRequest, Pending] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
         reply = self._call(
             self._stub.Open,
             pb.OpenRequest(session_id=session_id, rank=rank, parties=parties),
@@ -92,24 +95,80 @@ class DealerClient:
                 f"{exc.code().name}: {exc.details()}"
             ) from None
 
-    def correction(self, request: pb.TupleRequest, device: Any) -> torch.Tensor:
-        """Rank 0's correcting share for `request`."""
+    def correction(self, request: pb.TupleRequest, device: Any) -> Pending:
+        """Rank 0's correcting share for `request`, asked for now and awaited when first used.
+
+        The requests go out in order from one sender thread, so the dealer sees them in
+        sequence; meanwhile CrypTen opens the tuple's masked values with the other parties,
+        which is when the correction is first needed: the dealer's round trip overlaps that
+        one instead of adding to it.
+        """
         with self._lock:
             request.session_id, request.seq = self.session_id, self._seq
             self._seq += 1
-            reply = self._call(self._stub.Correction, request, REQUEST_TIMEOUT_S)
-            self.tuples += 1
-            self.wire_bytes += request.ByteSize() + reply.ByteSize()
-        tensor = torch.frombuffer(bytearray(reply.data), dtype=torch.int64).reshape(
-            torch.Size(reply.shape)
-        )
-        return tensor.to(device) if device is not None else tensor
+            pending = Pending(device)
+            self._outbox.put((request, pending))
+            if self._sender is None:
+                self._sender = threading.Thread(
+                    target=self._send, daemon=True, name="dealer-corrections"
+                )
+                self._sender.start()
+        return pending
+
+    def _send(self) -> None:
+        while True:
+            item = self._outbox.get()
+            if item is None:
+                return
+            request, pending = item
+            try:
+                reply = self._call(self._stub.Correction, request, REQUEST_TIMEOUT_S)
+            except DealerError as exc:
+                pending.fail(exc)
+                continue
+            with self._lock:
+                self.tuples += 1
+                self.wire_bytes += request.ByteSize() + reply.ByteSize()
+            pending.set(reply)
 
     def close(self) -> None:
         """End the dealer session (best effort) and the channel."""
+        self._outbox.put(None)
         with contextlib.suppress(grpc.RpcError):
             self._stub.Close(pb.CloseRequest(session_id=self.session_id), timeout=5.0)
         self._channel.close()
+
+
+class Pending:
+    """A correcting share on its way from the dealer."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._done = threading.Event()
+        self._reply: pb.TupleReply | None = None
+        self._error: DealerError | None = None
+
+    def set(self, reply: pb.TupleReply) -> None:
+        """The dealer answered."""
+        self._reply = reply
+        self._done.set()
+
+    def fail(self, error: DealerError) -> None:
+        """The dealer failed."""
+        self._error = error
+        self._done.set()
+
+    def result(self) -> torch.Tensor:
+        """The share, waiting for it; a DealerError if the dealer failed."""
+        if not self._done.wait(REQUEST_TIMEOUT_S + 5):
+            raise DealerError(f"no correcting share from the dealer in {REQUEST_TIMEOUT_S:.0f} s")
+        if self._error is not None:
+            raise self._error
+        assert self._reply is not None
+        tensor = torch.frombuffer(bytearray(self._reply.data), dtype=torch.int64).reshape(
+            torch.Size(self._reply.shape)
+        )
+        return tensor.to(self.device) if self.device is not None else tensor
 
 
 def _request(
@@ -137,24 +196,36 @@ class DealerProvider:
     tuple_cache: ClassVar[dict[Any, Any]] = {}
 
     def _shares(self, request: pb.TupleRequest, device: Any) -> list[Any]:
+        """The party's shares of the tuple; rank 0's last one is `Pending` on the dealer."""
         client = DealerProvider.client
         if client is None:
             raise DealerError("no dealer session is open: jobs need mpcml.session(dealer=...)")
-        shares = tuples.draw(client.stream, client.rank, request, device)
+        shares: list[Any] = [
+            wrap(s) for s in tuples.draw(client.stream, client.rank, request, device)
+        ]
         if client.rank == 0:
             shares.append(client.correction(request, device))
-        return [wrap(s) for s in shares]
+        return shares
 
     @staticmethod
     def _arithmetic(share: Any) -> Any:
         from crypten.mpc.primitives import ArithmeticSharedTensor
 
+        if isinstance(share, Pending):
+            empty = ArithmeticSharedTensor.from_shares(
+                torch.zeros(0, dtype=torch.int64), precision=0
+            )
+            return _awaiting(empty, share)
         return ArithmeticSharedTensor.from_shares(share, precision=0)
 
     @staticmethod
     def _binary(share: Any) -> Any:
         from crypten.mpc.primitives import BinarySharedTensor
 
+        if isinstance(share, Pending):
+            return _awaiting(
+                BinarySharedTensor.from_shares(torch.zeros(0, dtype=torch.int64)), share
+            )
         return BinarySharedTensor.from_shares(share)
 
     def generate_additive_triple(
@@ -195,6 +266,38 @@ class DealerProvider:
     @staticmethod
     def uninit() -> None:
         """CrypTen calls this on uninit."""
+
+
+_AWAITING: dict[type, type] = {}
+
+
+def _awaiting(tensor: Any, pending: Pending) -> Any:
+    """`tensor` (a CrypTen shared tensor) made to hold the dealer's `pending` correction.
+
+    It reads like any other; the first read of its share waits for the correction. CrypTen
+    reads the last element of a tuple only after opening the masked values with the other
+    parties, so the dealer's answer is usually there by then.
+    """
+    base = type(tensor)
+    cls = _AWAITING.get(base)
+    if cls is None:
+
+        def _get(self: Any) -> Any:
+            waiting = self.__dict__.pop("_pending", None)
+            if waiting is not None:
+                self.__dict__["_share"] = wrap(waiting.result())
+            return self.__dict__["_share"]
+
+        def _set(self: Any, value: Any) -> None:
+            self.__dict__.pop("_pending", None)
+            self.__dict__["_share"] = value
+
+        cls = type(f"Awaiting{base.__name__}", (base,), {"_tensor": property(_get, _set)})
+        _AWAITING[base] = cls
+    tensor.__class__ = cls
+    tensor.__dict__.pop("_tensor", None)
+    tensor.__dict__["_pending"] = pending
+    return tensor
 
 
 def register() -> None:
