@@ -27,6 +27,7 @@ import torch
 import torch.fx
 
 from mpcml.approx import costs, registry
+from mpcml.approx.bounds import error_bound
 from mpcml.approx.fixed import Fixed
 from mpcml.approx.implementations import apply
 from mpcml.approx.plan import Choice
@@ -38,7 +39,8 @@ from mpcml.proto.v1 import job_pb2 as jpb
 
 MARGIN = 0.1
 """A node's calibrated range is widened by this share of its span (at least 0.5) before it is
-checked against an implementation's domain: inputs at run time stray a little further."""
+checked against an implementation's domain: inputs at run time stray a little further. The
+`margin` argument of `tune` overrides it."""
 BOUNDS = (4.0, 6.0, 8.0, 12.0, 16.0)
 """The clamping bounds tried for clamped polynomials."""
 
@@ -61,9 +63,9 @@ class NodeRange:
     elements: int = 0
     """Inputs per calibration row."""
 
-    def widened(self) -> tuple[float, float]:
-        """The range with `MARGIN` on both sides."""
-        pad = max(MARGIN * (self.high - self.low), 0.5)
+    def widened(self, margin: float = 0.1) -> tuple[float, float]:
+        """The range with `margin` times its span (at least 0.5) on both sides."""
+        pad = max(margin * (self.high - self.low), 0.5)
         return self.low - pad, self.high + pad
 
 
@@ -191,9 +193,9 @@ class _Task:
         return self.reference - self.score(out) if self.classifier else self.score(out)
 
 
-def _candidates(r: NodeRange) -> Iterator[Choice]:
+def _candidates(r: NodeRange, margin: float) -> Iterator[Choice]:
     """Every implementation and knob setting whose domain covers the node's widened range."""
-    lo, hi = r.widened()
+    lo, hi = r.widened(margin)
     for name, spec in registry.SPECS[r.function].items():
         structural = [k for k in spec.knobs if k.structural]
         grids = []
@@ -204,7 +206,7 @@ def _candidates(r: NodeRange) -> Iterator[Choice]:
             given: dict[str, float] = {
                 k.name: float(v) for k, v in zip(structural, combination, strict=True)
             }
-            for extra in _free_knobs(name, given, r):
+            for extra in _free_knobs(name, given, r, margin):
                 try:
                     settings = registry.knobs(r.function, name, {**given, **extra})
                 except registry.PlanError:
@@ -214,9 +216,11 @@ def _candidates(r: NodeRange) -> Iterator[Choice]:
                     yield Choice(r.node, r.function, name, settings, (r.low, r.high))
 
 
-def _free_knobs(name: str, given: Mapping[str, float], r: NodeRange) -> Iterator[dict[str, float]]:
+def _free_knobs(
+    name: str, given: Mapping[str, float], r: NodeRange, margin: float
+) -> Iterator[dict[str, float]]:
     """The non-structural knobs to try: bounds from the range, the softmax shift from it."""
-    lo, hi = r.widened()
+    lo, hi = r.widened(margin)
     if name in ("poly",):
         if given.get("clip"):
             for bound in BOUNDS:
@@ -244,8 +248,17 @@ def tune(
     network: str = "lan",
     parties: int = 3,
     batch: int = 64,
+    margin: float = MARGIN,
+    tolerance: float | None = None,
 ) -> Tuned:
-    """The cheapest plan for `model` on the calibration rows `x` (labels `y`) within `budget`."""
+    """The cheapest plan for `model` on the calibration rows `x` (labels `y`) within `budget`.
+
+    `margin`: how far beyond the calibrated range (a share of its span) the plan must hold;
+    a training job, whose inputs drift as the weights change, wants more than the default.
+    `tolerance`: also keep only implementations whose error bound (`mpcml.approx.bounds`) is
+    at most this: a training job's metric at its initial weights says little, so its plan
+    should hold the functions themselves close.
+    """
     if network not in costs.NETWORKS:
         raise TuneError(f"network {network!r} is not one of {', '.join(costs.NETWORKS)}")
     graph = trace(model)
@@ -269,7 +282,14 @@ def tune(
     results: dict[str, NodeResult] = {}
     for name, r in ranges.items():
         options[name] = sorted(
-            ((_cost(c, r, parties, batch, net), c) for c in _candidates(r)), key=lambda p: p[0]
+            (
+                (_cost(c, r, parties, batch, net), c)
+                for c in _candidates(r, margin)
+                if c.is_crypten
+                or tolerance is None
+                or error_bound(c.function, c.implementation, c.knobs) <= tolerance
+            ),
+            key=lambda p: p[0],
         )
         _guard(r, options[name])
         crypten = Choice(name, r.function, calibrated=(r.low, r.high))

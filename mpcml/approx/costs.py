@@ -165,11 +165,59 @@ def measure(world: int) -> dict[str, dict[str, float]]:
     return rows
 
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "approximations.md"
+BEGIN, END = "<!-- table: begin -->", "<!-- table: end -->"
+
+
+def markdown() -> str:
+    """The registry at its defaults, with bounds and the committed costs, as a Markdown table."""
+    from mpcml.approx.bounds import error_bound
+
+    lines = [
+        "| function | implementation | knobs (defaults) | domain | error bound | rounds 2p / 3p |"
+        " bytes per element 2p / 3p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for function, name, settings in defaults():
+        spec = registry.spec(function, name)
+        knobs = ", ".join(f"{k}={v:g}" for k, v in settings.items()) or "-"
+        lo, hi = registry.domain(function, name, settings)
+        bound = error_bound(function, name, settings)
+        scale = {"absolute": "", "relative": " rel.", "relative1": " rel. (min 1)"}[spec.scale]
+        two, three = (cost(function, name, dict(settings), p) for p in (2, 3))
+        lines.append(
+            f"| {function} | {name} | {knobs} | [{lo:.4g}, {hi:.4g}] | {bound:.3g}{scale} | "
+            f"{two.rounds} / {three.rounds} | {two.bytes_per_element:.0f} / "
+            f"{three.bytes_per_element:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def defaults() -> Iterator[tuple[str, str, dict[str, float]]]:
+    """Every implementation at its default knobs."""
+    for function, table in registry.SPECS.items():
+        for name in table:
+            yield function, name, registry.knobs(function, name, {})
+
+
+def document(text: str) -> str:
+    """`text` (docs/approximations.md) with its table replaced by `markdown()`."""
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{markdown()}{END}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Measure the table and write it (or print it with --print)."""
+    """Measure the table and write it, and the table of docs/approximations.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=TABLE)
+    parser.add_argument(
+        "--doc-only", action="store_true", help="only rewrite the docs' table from costs.json"
+    )
     args = parser.parse_args(argv)
+    if args.doc_only:
+        DOC.write_text(document(DOC.read_text()))
+        return 0
     began = time.monotonic()
     data: dict[str, Any] = {
         "command": COMMAND,
@@ -179,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         "parties": {str(world): measure(world) for world in (2, 3)},
     }
     args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    if args.out == TABLE:
+        table.cache_clear()
+        DOC.write_text(document(DOC.read_text()))
     print(
         f"wrote {args.out}: {len(data['parties']['2'])} settings at 2 and 3 parties in "
         f"{time.monotonic() - began:.0f} s",

@@ -163,3 +163,10 @@ def test_approximations_load_no_torch_where_the_coordinator_checks_plans() -> No
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_docs_table_is_the_committed_costs_and_bounds() -> None:
+    text = costs.DOC.read_text()
+    assert costs.document(text) == text, (
+        "docs/approximations.md is stale: run `python -m mpcml.approx.costs --doc-only`"
+    )
