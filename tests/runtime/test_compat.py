@@ -34,3 +34,29 @@ def test_from_pytorch_converts_a_model_that_computes_like_the_original() -> None
     converted = crypten.nn.from_pytorch(net, torch.empty(1, 4))
     x = torch.randn(5, 4)
     assert torch.allclose(converted(x), net(x), atol=1e-6)
+
+
+def test_config_reads_are_cached_and_see_every_kind_of_change() -> None:
+    from mpcml.runtime import compat
+
+    compat.apply()
+    import crypten
+
+    cfg = crypten.cfg
+    table = cfg.functions
+    before = cfg.functions.exp_iterations
+    try:
+        assert cfg.functions is table  # cached, not rebuilt per read
+        with cfg.temp_override({"functions.exp_iterations": before + 1}):
+            assert cfg.functions.exp_iterations == before + 1
+            assert cfg["functions.exp_iterations"] == before + 1
+        assert cfg.functions.exp_iterations == before
+        cfg.functions.exp_iterations = before + 2  # inside a table: the tree stays the same
+        assert cfg.functions.exp_iterations == before + 2
+        assert table.exp_iterations == before + 2  # a table held across the change
+        cfg["functions.exp_iterations"] = before + 3  # CrypTen merges: a new tree
+        assert cfg.functions.exp_iterations == before + 3
+        assert cfg.functions.sqrt_nr_iters == 3
+    finally:
+        cfg.functions.exp_iterations = before
+    assert cfg.functions.exp_iterations == before
