@@ -11,6 +11,7 @@ streams stay in step.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,25 +44,40 @@ def kwargs_of(request: pb.TupleRequest) -> dict[str, Any]:
 
 def result_size(request: pb.TupleRequest) -> torch.Size:
     """The size of the tuple's last element (sizes checked by the caller against its limit)."""
-    if any(d < 0 for d in (*request.size0, *request.size1)):
-        raise TupleError(f"negative size in {list(request.size0)} or {list(request.size1)}")
-    size0, size1 = torch.Size(request.size0), torch.Size(request.size1)
-    if request.kind == pb.ADDITIVE:
-        if request.op not in OPS:
-            raise TupleError(f"op {request.op!r} is not one of {sorted(OPS)}")
+    kwargs = tuple(sorted(kwargs_of(request).items()))
+    return _result_size(
+        request.kind, request.op, tuple(request.size0), tuple(request.size1), kwargs
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_size(
+    kind: int,
+    op: str,
+    size0: tuple[int, ...],
+    size1: tuple[int, ...],
+    kwargs: tuple[tuple[str, Any], ...],
+) -> torch.Size:
+    # Cached: a job asks for the same few shapes every batch, and torch's shape inference on
+    # meta tensors costs about half a millisecond a call (and imports torch._dynamo once).
+    if any(d < 0 for d in (*size0, *size1)):
+        raise TupleError(f"negative size in {list(size0)} or {list(size1)}")
+    if kind == pb.ADDITIVE:
+        if op not in OPS:
+            raise TupleError(f"op {op!r} is not one of {sorted(OPS)}")
         try:
             a, b = torch.empty(size0, device="meta"), torch.empty(size1, device="meta")
-            return getattr(torch, request.op)(a, b, **kwargs_of(request)).size()  # type: ignore[no-any-return]
+            return getattr(torch, op)(a, b, **dict(kwargs)).size()  # type: ignore[no-any-return]
         except (RuntimeError, TypeError, ValueError) as exc:
-            raise TupleError(f"{request.op} of {list(size0)} and {list(size1)}: {exc}") from None
-    if request.kind == pb.BINARY:
+            raise TupleError(f"{op} of {list(size0)} and {list(size1)}: {exc}") from None
+    if kind == pb.BINARY:
         try:
             return torch.Size(torch.broadcast_shapes(size0, size1))  # type: ignore[no-untyped-call]
         except RuntimeError as exc:
             raise TupleError(f"sizes {list(size0)} and {list(size1)}: {exc}") from None
-    if request.kind in (pb.SQUARE, pb.WRAPS, pb.B2A):
-        return size0
-    raise TupleError(f"unknown tuple kind {request.kind}")
+    if kind in (pb.SQUARE, pb.WRAPS, pb.B2A):
+        return torch.Size(size0)
+    raise TupleError(f"unknown tuple kind {kind}")
 
 
 def draw(

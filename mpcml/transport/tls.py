@@ -9,6 +9,7 @@ handshake fails, probes the peer once with Python's `ssl` to say which name it p
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import ipaddress
 import socket
 import ssl
@@ -157,7 +158,14 @@ def caller_identity(context: grpc.ServicerContext) -> Identity | None:
     pem = context.auth_context().get("x509_pem_cert")
     if not pem:
         return None
-    cert = x509.load_pem_x509_certificate(bytes(pem[0]))
+    return _identity(bytes(pem[0]))
+
+
+@functools.lru_cache(maxsize=256)
+def _identity(pem: bytes) -> Identity:
+    # Cached by the certificate's bytes: a peer calls thousands of times with the same one
+    # (the dealer, once per tuple), and parsing it costs a tenth of a dealer call.
+    cert = x509.load_pem_x509_certificate(pem)
     return Identity(cert_names(cert).common_name, cert_role(cert))
 
 
