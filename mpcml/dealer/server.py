@@ -236,6 +236,7 @@ def serve(config: DealerConfig, stop: threading.Event) -> None:
         log.warning("the dealer runs over PLAINTEXT gRPC (insecure): keys travel in the clear")
     else:
         check_certificate(config.tls, DEALER_ROLE)
+    tuples.warm()
     guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
     registry = metrics.registry()
     service = (

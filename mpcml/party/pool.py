@@ -30,13 +30,8 @@ STOP_GRACE_S = 5.0
 WORKER_EXIT_S = 30.0
 """A worker that reported its end gets this long to close its session before the next job."""
 
-WORKER_PRELOAD = ["mpcml", "crypten"]
-"""What the worker fork server imports once, instead of every worker importing it afresh.
-
-Importing torch and CrypTen took a spawned worker about 3 s of CPU for every job. Forking from
-a server that has imported them shares no secret (every key comes from `os.urandom` in the
-worker, after the fork) and no CUDA state (importing them does not initialise CUDA).
-"""
+WORKER_PRELOAD = ["mpcml.runtime.preload"]
+"""What the worker fork server imports once, instead of every worker afresh (see there)."""
 
 
 def worker_context() -> ForkServerContext:

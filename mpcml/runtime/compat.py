@@ -1,8 +1,7 @@
-"""Compatibility shims that let CrypTen 0.4.1 run on torch 2.11-2.14 without editing its files,
-and one for speed (a cache in front of its config).
+"""Shims that let CrypTen 0.4.1 run on torch 2.11-2.14, unedited, and one for its speed.
 
-Every patch CrypTen needs lives here, so that a CrypTen upgrade means reading one file.
-Targets: crypten 0.4.1 (the last release, 2022-12).
+The speed one is a cache in front of its config. Every patch CrypTen needs lives here, so
+that a CrypTen upgrade means reading one file. Targets: crypten 0.4.1 (the last release, 2022-12).
 """
 
 from __future__ import annotations

@@ -80,6 +80,11 @@ def _result_size(
     raise TupleError(f"unknown tuple kind {kind}")
 
 
+def warm() -> None:
+    """Pay for torch's shape inference's one-time import (about 1 s) now, not in a job."""
+    result_size(pb.TupleRequest(kind=pb.ADDITIVE, op="mul", size0=[1], size1=[1]))
+
+
 def draw(
     stream: ChaChaStream, rank: int, request: pb.TupleRequest, device: Any = None
 ) -> list[torch.Tensor]:

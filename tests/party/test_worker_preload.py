@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from multiprocessing.connection import Connection
 
 from mpcml.party.pool import WORKER_PRELOAD, worker_context
 
@@ -46,7 +47,18 @@ def test_importing_the_worker_preload_never_touches_cuda() -> None:
     assert result == {"calls": [], "initialized": False}, result
 
 
-def test_workers_start_from_the_fork_server_with_crypten_preloaded() -> None:
+def _loaded(conn: Connection) -> None:
+    conn.send({name: name in sys.modules for name in ("crypten", "torch._dynamo")})
+
+
+def test_workers_start_from_the_fork_server_with_crypten_and_torch_warm() -> None:
     ctx = worker_context()
     assert ctx.get_start_method() == "forkserver"
-    assert "crypten" in WORKER_PRELOAD
+    parent, child = ctx.Pipe()
+    worker = ctx.Process(target=_loaded, args=(child,))
+    worker.start()
+    try:
+        assert parent.poll(120), "the worker never reported"
+        assert parent.recv() == {"crypten": True, "torch._dynamo": True}
+    finally:
+        worker.join(30)
