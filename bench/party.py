@@ -42,7 +42,9 @@ def grpc_mpc(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from bench import workloads
+    from mpcml.runtime import compat
 
+    compat.stock_config_reads()  # stock CrypTen reads its config through OmegaConf
     torch.set_num_threads(TORCH_THREADS)
     from mpcml.runtime.provider import DealerEndpoint
 
@@ -65,7 +67,9 @@ def _gloo_party(names: list[str], reps: int, warmup: int) -> dict[str, Any]:
     import torch
 
     from bench import workloads
+    from mpcml.runtime import compat
 
+    compat.stock_config_reads()  # stock CrypTen reads its config through OmegaConf
     torch.set_num_threads(TORCH_THREADS)
     result = workloads.run(names, reps, warmup)
     result["rank"] = comm.get().get_rank()

@@ -142,6 +142,17 @@ def _cached(value: Any) -> Any:
     return _Table(value) if isinstance(value, DictConfig) else value
 
 
+_STOCK_READ: list[Any] = [None]
+
+
+def stock_config_reads() -> None:
+    """Undo the config cache: CrypTen as shipped, for a benchmark's stock CrypTen baseline."""
+    if _STOCK_READ[0] is not None:
+        from crypten.config.config import CrypTenConfig
+
+        CrypTenConfig.__getattribute__ = _STOCK_READ[0]
+
+
 def _cache_config_reads() -> None:
     """Serve CrypTen's config reads from a cache.
 
@@ -152,7 +163,7 @@ def _cache_config_reads() -> None:
     """
     from crypten.config.config import CrypTenConfig
 
-    read = CrypTenConfig.__getattribute__
+    read = _STOCK_READ[0] = CrypTenConfig.__getattribute__
 
     def __getattribute__(self: Any, name: str) -> Any:
         if name in _NOT_CONFIG:

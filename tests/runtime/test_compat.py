@@ -60,3 +60,18 @@ def test_config_reads_are_cached_and_see_every_kind_of_change() -> None:
     finally:
         cfg.functions.exp_iterations = before
     assert cfg.functions.exp_iterations == before
+
+
+def test_stock_config_reads_restore_crypten_as_shipped() -> None:
+    from mpcml.runtime import compat
+
+    compat.apply()
+    from crypten.config.config import CrypTenConfig
+
+    cached = CrypTenConfig.__getattribute__
+    try:
+        compat.stock_config_reads()
+        assert CrypTenConfig.__getattribute__ is not cached
+        assert CrypTenConfig.__getattribute__.__module__ == "crypten.config.config"
+    finally:
+        CrypTenConfig.__getattribute__ = cached
