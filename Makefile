@@ -47,6 +47,7 @@ bench: install
 	$(PY) bench/failure_detection.py
 	$(PY) bench/prg.py
 	$(PY) bench/load.py
+	$(PY) bench/train.py
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
 # and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).
