@@ -1,10 +1,11 @@
 """`mpcml dealer`: serves correlated randomness to the parties of each job over mutual TLS.
 
 Per job session it draws one 256-bit key per party from `os.urandom` and hands each party its
-own key once (`Open`). For every tuple rank 0 asks for, it replays every party's ChaCha20
-stream, computes the true tuple and answers with rank 0's correcting share only. It holds
-every key of a session, so it must not collude with any party (the semi-honest, non-colluding
-dealer of docs/security.md); it never sees an input or an output.
+own key once (`Open`). For every tuple rank 0 asks for, it draws every party's shares of it
+from their keys (`runtime/tuples.py`), computes the true tuple and answers with rank 0's
+correcting share only. It holds every key of a session, so it must not collude with any party
+(the semi-honest, non-colluding dealer of docs/security.md); it never sees an input or an
+output.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from mpcml.errors import StatusError
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
 from mpcml.runtime import tuples
-from mpcml.runtime.prg import KEY_BYTES, ChaChaStream
+from mpcml.runtime.prg import KEY_BYTES
 from mpcml.runtime.tuples import MAX_MESSAGE_BYTES
 from mpcml.transport.interceptors import RequestGuard
 from mpcml.transport.serving import caller, start_server
@@ -77,12 +78,11 @@ class DealerConfig:
 
 @dataclass
 class Session:
-    """One job's keys and where each stream stands."""
+    """One job's keys and what was served."""
 
     parties: list[str]
-    streams: list[ChaChaStream]
     keys: list[bytes] = field(repr=False)
-    next_seq: int = 0
+    tuples: int = 0
     bytes_served: int = 0
     closed: set[str] = field(default_factory=set)
     """Parties that closed; the session goes when all have (one may finish before another)."""
@@ -137,7 +137,7 @@ class DealerService(pb_grpc.DealerServicer):
             session = self.sessions.get(request.session_id)
             if session is None:
                 keys = [os.urandom(KEY_BYTES) for _ in parties]
-                session = Session(parties, [ChaChaStream(k) for k in keys], keys)
+                session = Session(parties, keys)
                 self.sessions[request.session_id] = session
                 self.metrics.opened.inc()
                 log.info(
@@ -169,40 +169,54 @@ class DealerService(pb_grpc.DealerServicer):
             )
 
     def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
-        """Rank 0's correcting share of the session's next tuple."""
+        """Rank 0's correcting share of one tuple of the session."""
         session = self._session(request.session_id)
         self._caller(context, session.parties[0])
+        self._check(request)
+        return self._serve(session, request)
+
+    def Corrections(self, request: pb.TupleBatch, context: grpc.ServicerContext) -> pb.TupleReplies:
+        """Several corrections: every request is checked before any is computed."""
+        ids = {r.session_id for r in request.requests}
+        if len(ids) > 1:
+            raise StatusError("INVALID_ARGUMENT", f"a batch names {len(ids)} sessions, not one")
+        if not ids:
+            return pb.TupleReplies()
+        session = self._session(ids.pop())
+        self._caller(context, session.parties[0])
+        for r in request.requests:
+            self._check(r)
+        return pb.TupleReplies(replies=[self._serve(session, r) for r in request.requests])
+
+    def _check(self, request: pb.TupleRequest) -> None:
+        """INVALID_ARGUMENT or RESOURCE_EXHAUSTED for a tuple the dealer will not compute."""
         self._limit(math.prod(request.size0), math.prod(request.size1))
         try:
             size = tuples.result_size(request)
         except tuples.TupleError as exc:
             raise StatusError("INVALID_ARGUMENT", str(exc)) from None
         self._limit(math.prod(size))
-        with session.lock:
-            if request.seq != session.next_seq:
-                raise StatusError(
-                    "FAILED_PRECONDITION",
-                    f"session {request.session_id!r} expects tuple {session.next_seq}, "
-                    f"got {request.seq}",
-                )
-            draws = {r: tuples.draw(s, r, request) for r, s in enumerate(session.streams)}
-            share = tuples.correction(request, draws).contiguous()
-            session.next_seq += 1
-            log.debug(
-                "session %s tuple %d: %s %s of %s and %s",
-                request.session_id,
-                request.seq,
-                pb.TupleKind.Name(request.kind),
-                request.op or "-",
-                list(request.size0),
-                list(request.size1),
-                extra=_job(request.session_id),
-            )
-            session.used = time.monotonic()
+
+    def _serve(self, session: Session, request: pb.TupleRequest) -> pb.TupleReply:
+        # Each tuple has its own keys (tuples.tuple_key), so no lock is held while computing.
+        draws = {r: tuples.draw(k, r, request) for r, k in enumerate(session.keys)}
+        share = tuples.correction(request, draws).contiguous()
+        log.debug(
+            "session %s tuple %d: %s %s of %s and %s",
+            request.session_id,
+            request.seq,
+            pb.TupleKind.Name(request.kind),
+            request.op or "-",
+            list(request.size0),
+            list(request.size1),
+            extra=_job(request.session_id),
+        )
         reply = pb.TupleReply(shape=list(share.shape), data=share.numpy().tobytes())
         served = reply.ByteSize()
         with session.lock:
+            session.tuples += 1
             session.bytes_served += served
+            session.used = time.monotonic()
         self.metrics.tuples.labels(pb.TupleKind.Name(request.kind).lower()).inc()
         self.metrics.bytes.inc(served)
         return reply
@@ -223,7 +237,7 @@ class DealerService(pb_grpc.DealerServicer):
                 log.info(
                     "session %s closed: %d tuples, %d bytes served",
                     request.session_id,
-                    session.next_seq,
+                    session.tuples,
                     session.bytes_served,
                     extra=_job(request.session_id),
                 )

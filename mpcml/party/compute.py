@@ -36,6 +36,7 @@ from mpcml.party.training import Trainer, trainer
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.runtime.crypten_session import Session
+from mpcml.runtime.provider import batch_begins
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ class JobComputation:
             else:
                 idx = order[start:stop]
                 xb, yb = self.x[idx], self.y[idx]
+            batch_begins()
             self.trainer.step(xb, yb)
         loss = self.trainer.round_loss()
         return [] if loss is None else self.reveal.metrics(round, {"loss": loss})
@@ -265,8 +267,11 @@ class JobComputation:
     def _predict(self) -> None:
         assert self.plan is not None
         size = batch_size(self.spec)
+        parts = []
         with crypten.no_grad():
-            parts = [self.model(self.x[i : i + size]) for i in range(0, self.plan.rows, size)]
+            for i in range(0, self.plan.rows, size):
+                batch_begins()
+                parts.append(self.model(self.x[i : i + size]))
         self.predictions = parts[0] if len(parts) == 1 else crypten.cat(parts, dim=0)
 
     # --- the end ----------------------------------------------------------------------------

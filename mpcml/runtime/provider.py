@@ -2,16 +2,17 @@
 
 Registered in `crypten.mpc`'s provider table as `MPCML_DEALER`; `mpcml.session(dealer=...)`
 selects it, opens the job's dealer session (which hands this party its key) and closes it at
-the end. Each call draws this party's shares from its key's ChaCha20 stream; rank 0 also asks
-the dealer for its correcting share.
+the end. Each call draws this party's shares of the tuple from its key; rank 0 also asks the
+dealer for its correcting share, ahead of need where it can guess (`DealerClient`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import grpc
@@ -20,7 +21,7 @@ import torch
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
 from mpcml.runtime import tuples
-from mpcml.runtime.prg import ChaChaStream, wrap
+from mpcml.runtime.prg import wrap
 from mpcml.transport.errors import TransportError
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
@@ -42,7 +43,16 @@ class DealerEndpoint:
 
 
 class DealerClient:
-    """One party's connection to the dealer for one session."""
+    """One party's connection to the dealer for one session.
+
+    Rank 0 asks for a tuple's correction when CrypTen asks for the tuple and awaits it when
+    first used. Training asks for the same tuples every batch, so when a batch begins
+    (`batch`) and its first tuple is the one a past batch began with, rank 0 guesses the rest
+    of the batch is that batch's tuples again and asks the dealer for them all ahead, in a
+    few calls; a wrong guess stops the guessing until the next batch. A tuple's randomness
+    depends only on its number and what it is (`tuples.tuple_key`), so a wrong guess costs the
+    dealer's work and nothing else.
+    """
 
     def __init__(
         self,
@@ -70,16 +80,27 @@ class DealerClient:
         """Correcting shares received (rank 0 only; the other ranks never call the dealer)."""
         self.wire_bytes = 0
         """Their requests' and replies' serialized size: what the dealer adds to the traffic."""
+        self.guessed = 0
+        """Tuples whose correction was asked for ahead and used."""
         self._lock = threading.Lock()
         self._outbox: queue.Queue[tuple[pb.TupleRequest, Pending] | None] = queue.Queue()
-        self._sender: threading.Thread | None = None
+        self._ahead: queue.Queue[Guess | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._batch: list[Guess] | None = None
+        """The tuples of the batch under way, once a batch began."""
+        self._batches: dict[tuple[bytes, Any], list[Guess]] = {}
+        """Past batches' tuples by their first tuple (the last few shapes of batch)."""
+        self._guesses: dict[int, Guess] = {}
         reply = self._call(
             self._stub.Open,
             pb.OpenRequest(session_id=session_id, rank=rank, parties=parties),
             timeout=30.0,
             wait=True,
         )
-        self.stream = ChaChaStream(reply.key)
+        self.key = reply.key
+
+    def __repr__(self) -> str:  # never the key
+        return f"DealerClient({self.session_id!r}, rank={self.rank}, seq={self._seq})"
 
     def _call(self, method: Any, request: Any, timeout: float, wait: bool = False) -> Any:
         """One call, its failure a DealerError naming the dealer.
@@ -95,25 +116,70 @@ class DealerClient:
                 f"{exc.code().name}: {exc.details()}"
             ) from None
 
-    def correction(self, request: pb.TupleRequest, device: Any) -> Pending:
-        """Rank 0's correcting share for `request`, asked for now and awaited when first used.
-
-        The requests go out in order from one sender thread, so the dealer sees them in
-        sequence; meanwhile CrypTen opens the tuple's masked values with the other parties,
-        which is when the correction is first needed: the dealer's round trip overlaps that
-        one instead of adding to it.
-        """
+    def next_seq(self, request: pb.TupleRequest) -> pb.TupleRequest:
+        """Number `request` as the session's next tuple (every rank, in CrypTen's order)."""
         with self._lock:
             request.session_id, request.seq = self.session_id, self._seq
             self._seq += 1
+        return request
+
+    def batch(self) -> None:
+        """A batch begins: keep the last one's tuples as a guess for a batch like it."""
+        with self._lock:
+            if self._batch:
+                first = self._batch[0]
+                self._batches.pop((first.description, first.device), None)
+                self._batches[(first.description, first.device)] = self._batch
+                while len(self._batches) > MAX_BATCHES_KEPT:
+                    del self._batches[next(iter(self._batches))]
+            self._batch = []
+            self._drop_guesses()
+
+    def correction(self, request: pb.TupleRequest, device: Any) -> Pending:
+        """Rank 0's correcting share for the numbered `request`, awaited when first used.
+
+        Unless guessed, it is asked for now, from one sender thread in order; meanwhile
+        CrypTen opens the tuple's masked values with the other parties, which is when the
+        correction is first needed, so the dealer's round trip overlaps that one.
+        """
+        description = tuples.describe(request)
+        with self._lock:
+            if self._batch is not None:
+                self._batch.append(Guess(request.seq, description, device, request))
+            guess = self._guesses.pop(request.seq, None)
+            if guess is not None:
+                if guess.description == description and guess.device == device:
+                    self.guessed += 1
+                    return guess.pending
+                self._drop_guesses()
+            elif self._batch is not None and len(self._batch) == 1:
+                self._guess(request.seq, self._batches.get((description, device), []))
             pending = Pending(device)
             self._outbox.put((request, pending))
-            if self._sender is None:
-                self._sender = threading.Thread(
-                    target=self._send, daemon=True, name="dealer-corrections"
-                )
-                self._sender.start()
+            self._start()
         return pending
+
+    def _guess(self, seq: int, past: list[Guess]) -> None:
+        """Ask ahead for the tuples after `seq`, guessing they are `past`'s after its first."""
+        for i, old in enumerate(past[1:], start=seq + 1):
+            request = pb.TupleRequest()
+            request.CopyFrom(old.request)
+            request.seq = i
+            guess = Guess(i, old.description, old.device, request)
+            self._guesses[i] = guess
+            self._ahead.put(guess)
+
+    def _drop_guesses(self) -> None:
+        for guess in self._guesses.values():
+            guess.dropped = True
+        self._guesses.clear()
+
+    def _start(self) -> None:
+        if not self._threads:
+            for target, name in ((self._send, "corrections"), (self._send_ahead, "guesses")):
+                thread = threading.Thread(target=target, daemon=True, name=f"dealer-{name}")
+                thread.start()
+                self._threads.append(thread)
 
     def _send(self) -> None:
         while True:
@@ -126,17 +192,76 @@ class DealerClient:
             except DealerError as exc:
                 pending.fail(exc)
                 continue
-            with self._lock:
-                self.tuples += 1
-                self.wire_bytes += request.ByteSize() + reply.ByteSize()
+            self._count(request.ByteSize() + reply.ByteSize())
             pending.set(reply)
+
+    def _send_ahead(self) -> None:
+        while True:
+            chunk = self._next_guesses()
+            if chunk is None:
+                return
+            batch = pb.TupleBatch(requests=[g.request for g in chunk])
+            try:
+                replies = self._call(self._stub.Corrections, batch, REQUEST_TIMEOUT_S).replies
+            except DealerError as exc:
+                for guess in chunk:
+                    guess.pending.fail(exc)
+                continue
+            for guess, reply in zip(chunk, replies, strict=True):
+                self._count(guess.request.ByteSize() + reply.ByteSize())
+                guess.pending.set(reply)
+
+    def _next_guesses(self) -> list[Guess] | None:
+        """The next few guesses still wanted, in order (waiting for one); None at the end."""
+        chunk: list[Guess] = []
+        elements = 0
+        while len(chunk) < GUESSES_PER_CALL and elements < ELEMENTS_PER_CALL:
+            try:
+                guess = self._ahead.get(block=not chunk)
+            except queue.Empty:
+                break
+            if guess is None:
+                return None
+            if not guess.dropped:
+                chunk.append(guess)
+                elements += math.prod(tuples.result_size(guess.request))
+        return chunk
+
+    def _count(self, wire_bytes: int) -> None:
+        with self._lock:
+            self.tuples += 1
+            self.wire_bytes += wire_bytes
 
     def close(self) -> None:
         """End the dealer session (best effort) and the channel."""
         self._outbox.put(None)
+        self._ahead.put(None)
         with contextlib.suppress(grpc.RpcError):
             self._stub.Close(pb.CloseRequest(session_id=self.session_id), timeout=5.0)
         self._channel.close()
+
+
+MAX_BATCHES_KEPT = 4
+"""Past batches kept as guesses: a round's full batches, its last short one, evaluation's."""
+GUESSES_PER_CALL = 16
+ELEMENTS_PER_CALL = 2**22
+"""A call for guesses stops at this many elements (32 MiB of corrections)."""
+
+
+@dataclass
+class Guess:
+    """A tuple rank 0 asks for, or asked for ahead, by number and description."""
+
+    seq: int
+    description: bytes
+    device: Any
+    request: pb.TupleRequest
+    pending: Pending = field(default_factory=lambda: Pending(None))
+    dropped: bool = False
+    """The guess proved wrong before it was sent: not asked for."""
+
+    def __post_init__(self) -> None:
+        self.pending.device = self.device
 
 
 class Pending:
@@ -200,9 +325,8 @@ class DealerProvider:
         client = DealerProvider.client
         if client is None:
             raise DealerError("no dealer session is open: jobs need mpcml.session(dealer=...)")
-        shares: list[Any] = [
-            wrap(s) for s in tuples.draw(client.stream, client.rank, request, device)
-        ]
+        client.next_seq(request)
+        shares: list[Any] = [wrap(s) for s in tuples.draw(client.key, client.rank, request, device)]
         if client.rank == 0:
             shares.append(client.correction(request, device))
         return shares
@@ -305,3 +429,10 @@ def register() -> None:
     import crypten.mpc
 
     crypten.mpc.__dict__["__SUPPORTED_PROVIDERS"][NAME] = DealerProvider()
+
+
+def batch_begins() -> None:
+    """Training or prediction starts a batch: rank 0 may guess its tuples (`DealerClient`)."""
+    client = DealerProvider.client
+    if client is not None and client.rank == 0:
+        client.batch()

@@ -3,15 +3,19 @@
 Shared by the party's provider (`mpcml.runtime.provider`) and the dealer daemon
 (`mpcml.dealer.server`), so that both sides of the protocol compute from one definition.
 
-Every party derives its shares of a tuple from its own key's ChaCha20 stream; ranks other than
-0 draw every share, rank 0 all but the last, which the dealer computes so that the shares add
-up (or XOR up) to a correct tuple. Parties and dealer call `draw` in the same order, so their
-streams stay in step.
+Every party derives its shares of a tuple from its own key; ranks other than 0 draw every
+share, rank 0 all but the last, which the dealer computes so that the shares add up (or XOR up)
+to a correct tuple. A tuple's draws come from a ChaCha20 stream keyed by the party's key, the
+tuple's number in the session and what it is (`tuple_key`), not from a position shared with the
+tuples before it: so rank 0 can ask the dealer for a tuple before CrypTen asks for it (the
+provider guesses a batch's tuples from the last batch's), and a wrong guess names another tuple,
+with other randomness; no randomness ever serves two tuples.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,10 +89,22 @@ def warm() -> None:
     result_size(pb.TupleRequest(kind=pb.ADDITIVE, op="mul", size0=[1], size1=[1]))
 
 
-def draw(
-    stream: ChaChaStream, rank: int, request: pb.TupleRequest, device: Any = None
-) -> list[torch.Tensor]:
-    """The shares `rank` draws from its stream for `request` (rank 0 lacks the last)."""
+def describe(request: pb.TupleRequest) -> bytes:
+    """What the tuple is, as bytes: its kind, op, sizes and arguments (no session, no seq)."""
+    kwargs = sorted((k, tuple(v.values)) for k, v in request.kwargs.items())
+    text = f"{request.kind}|{request.op}|{list(request.size0)}|{list(request.size1)}|{kwargs}"
+    return text.encode()
+
+
+def tuple_key(key: bytes, seq: int, description: bytes) -> bytes:
+    """The ChaCha20 key of one tuple's draws: keyed BLAKE2b of its number and description."""
+    data = seq.to_bytes(8, "little") + description
+    return hashlib.blake2b(data, key=key, digest_size=32, person=b"mpcml-tuple").digest()
+
+
+def draw(key: bytes, rank: int, request: pb.TupleRequest, device: Any = None) -> list[torch.Tensor]:
+    """The shares `rank` draws from its session `key` for `request` (rank 0 lacks the last)."""
+    stream = ChaChaStream(tuple_key(key, request.seq, describe(request)))
     size0, size1 = torch.Size(request.size0), torch.Size(request.size1)
     last = [] if rank == 0 else [stream.ring(result_size(request), device=device)]
     if request.kind in (pb.ADDITIVE, pb.BINARY):

@@ -30,3 +30,38 @@ def masks_after_reseeding_torch(s: mpcml.Session) -> dict[str, Any]:
             rng.generate_random_ring_element is prg.generate_random_ring_element
         ),
     }
+
+
+GUESS_BATCHES = (("sigmoid", 8), ("sigmoid", 8), ("sigmoid", 8), ("sigmoid", 5), ("relu", 8))
+"""Batches of (activation, rows): three alike, a short one, then one that starts alike."""
+
+
+def guess_inputs() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The weights (party 0's) and each batch's rows (party 1's)."""
+    gen = torch.Generator().manual_seed(11)
+    w = torch.randn(4, 3, generator=gen)
+    return w, [torch.randn(rows, 4, generator=gen) for _, rows in GUESS_BATCHES]
+
+
+def guessed_batches(s: mpcml.Session) -> dict[str, Any]:
+    """Batches through the dealer as training runs them: each announced to the provider."""
+    from mpcml.runtime.provider import DealerProvider, batch_begins
+
+    client = DealerProvider.client
+    assert client is not None
+    w, xs = guess_inputs()
+    weights = crypten.cryptensor(w if s.rank == 0 else torch.zeros_like(w), src=0)
+    outputs, tuples, guessed = [], [], []
+    for (activation, _), x in zip(GUESS_BATCHES, xs, strict=True):
+        batch_begins()
+        seq, guesses = client._seq, client.guessed
+        rows = crypten.cryptensor(x if s.rank == 1 else torch.zeros_like(x), src=1)
+        out = getattr(rows.matmul(weights), activation)() * rows.sum(1, keepdim=True)
+        tuples.append(client._seq - seq)
+        guessed.append(client.guessed - guesses)
+        outputs.append(out.get_plain_text())
+    return {
+        "outputs": torch.cat(outputs),
+        "tuples": torch.tensor(tuples),
+        "guessed": torch.tensor(guessed),
+    }

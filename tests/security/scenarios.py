@@ -9,7 +9,8 @@ import torch
 from crypten.mpc.primitives import ArithmeticSharedTensor
 
 import mpcml
-from mpcml.runtime import prg
+from mpcml.proto.v1 import dealer_pb2 as dpb
+from mpcml.runtime import prg, tuples
 from mpcml.runtime.provider import DealerProvider
 
 SIZE = 64
@@ -29,8 +30,11 @@ def _held_streams() -> dict[str, prg.ChaChaStream]:
         stream = prg._STREAMS.get(id(per_device[torch.device("cpu")]))
         if stream is not None:
             held[f"crypten-{name}"] = stream
-    if DealerProvider.client is not None:
-        held["dealer"] = DealerProvider.client.stream
+    client = DealerProvider.client
+    if client is not None:  # its own draws for the tuple the multiplication will ask for
+        mul = dpb.TupleRequest(kind=dpb.ADDITIVE, op="mul", size0=[SIZE], size1=[SIZE])
+        key = tuples.tuple_key(client.key, client._seq, tuples.describe(mul))
+        held["dealer"] = prg.ChaChaStream(key)
     copies = {}
     for name, stream in held.items():
         copy = prg.ChaChaStream(stream._key)
@@ -79,8 +83,8 @@ def replay_attack(s: mpcml.Session, seed: int) -> dict[str, Any]:
     }
 
 
-def _key_of(stream: prg.ChaChaStream) -> torch.Tensor:
-    return torch.frombuffer(bytearray(stream._key), dtype=torch.uint8).clone()
+def _key_of(key: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(key), dtype=torch.uint8).clone()
 
 
 def secrets_of_a_session(s: mpcml.Session) -> dict[str, Any]:
@@ -92,12 +96,12 @@ def secrets_of_a_session(s: mpcml.Session) -> dict[str, Any]:
     x, y = inputs
     product, matmul, relu = x * y, x.matmul(y), (x - y).relu()
     revealed = [t.get_plain_text() for t in (product, matmul, relu)]
-    keys = {id(st): st for st in prg._STREAMS.values()}
+    keys = [st._key for st in {id(st): st for st in prg._STREAMS.values()}.values()]
     if DealerProvider.client is not None:
-        keys[id(DealerProvider.client.stream)] = DealerProvider.client.stream
+        keys.append(DealerProvider.client.key)
     return {
         "input": mine,
-        "keys": torch.stack([_key_of(st) for st in keys.values()]),
+        "keys": torch.stack([_key_of(k) for k in keys]),
         "shares": torch.stack([t.share.clone() for t in (x, y, product, matmul, relu)]),
         "revealed": torch.stack(revealed),
     }

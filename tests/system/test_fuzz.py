@@ -53,6 +53,17 @@ METHODS: list[tuple[str, str, Any, str]] = [
         dpb.TupleRequest(session_id="fuzz", kind=dpb.ADDITIVE, op="mul", size0=[2], size1=[2]),
         "alice",
     ),
+    (
+        "Dealer",
+        "Corrections",
+        dpb.TupleBatch(
+            requests=[
+                dpb.TupleRequest(session_id="fuzz", seq=s, kind=dpb.SQUARE, size0=[3])
+                for s in (0, 1)
+            ]
+        ),
+        "alice",
+    ),
     ("Dealer", "Close", dpb.CloseRequest(session_id="fuzz"), "alice"),
 ]
 

@@ -77,6 +77,18 @@ class TupleReply(_message.Message):
     data: bytes
     def __init__(self, shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
+class TupleBatch(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[TupleRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[TupleRequest, _Mapping]]] = ...) -> None: ...
+
+class TupleReplies(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[TupleReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[TupleReply, _Mapping]]] = ...) -> None: ...
+
 class CloseRequest(_message.Message):
     __slots__ = ("session_id",)
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

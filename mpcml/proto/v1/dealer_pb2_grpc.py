@@ -46,6 +46,11 @@ class DealerStub:
                 request_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleRequest.SerializeToString,
                 response_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleReply.FromString,
                 _registered_method=True)
+        self.Corrections = channel.unary_unary(
+                '/mpcml.v1.Dealer/Corrections',
+                request_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleBatch.SerializeToString,
+                response_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleReplies.FromString,
+                _registered_method=True)
         self.Close = channel.unary_unary(
                 '/mpcml.v1.Dealer/Close',
                 request_serializer=mpcml_dot_v1_dot_dealer__pb2.CloseRequest.SerializeToString,
@@ -68,10 +73,20 @@ class DealerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Correction(self, request, context):
-        """Rank 0's correcting share of the next tuple of the session (in order, by `seq`). Only
-        rank 0 calls it; the other ranks draw all their shares from their keys. NOT_FOUND for an
-        unknown session, FAILED_PRECONDITION for a request out of order, RESOURCE_EXHAUSTED for a
-        tuple of more than 2^26 elements.
+        """Rank 0's correcting share of one tuple of the session. Only rank 0 calls it; the other
+        ranks draw all their shares from their keys. Each (seq, tuple) has its own randomness, so
+        requests may come in any order and a repeated one gets the same answer. NOT_FOUND for an
+        unknown session, INVALID_ARGUMENT for a malformed tuple, RESOURCE_EXHAUSTED for a tuple of
+        more than 2^26 elements.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Corrections(self, request, context):
+        """Several corrections in one call: what rank 0 asks for ahead of need (the tuples it
+        guesses CrypTen will ask for next). The same checks as Correction, for every request;
+        one refused request refuses the call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -97,6 +112,11 @@ def add_DealerServicer_to_server(servicer, server):
                     servicer.Correction,
                     request_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleRequest.FromString,
                     response_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleReply.SerializeToString,
+            ),
+            'Corrections': grpc.unary_unary_rpc_method_handler(
+                    servicer.Corrections,
+                    request_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleBatch.FromString,
+                    response_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleReplies.SerializeToString,
             ),
             'Close': grpc.unary_unary_rpc_method_handler(
                     servicer.Close,
@@ -160,6 +180,33 @@ class Dealer:
             '/mpcml.v1.Dealer/Correction',
             mpcml_dot_v1_dot_dealer__pb2.TupleRequest.SerializeToString,
             mpcml_dot_v1_dot_dealer__pb2.TupleReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Corrections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpcml.v1.Dealer/Corrections',
+            mpcml_dot_v1_dot_dealer__pb2.TupleBatch.SerializeToString,
+            mpcml_dot_v1_dot_dealer__pb2.TupleReplies.FromString,
             options,
             channel_credentials,
             insecure,
