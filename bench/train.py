@@ -343,6 +343,7 @@ def mpcml_task(client: Client, task: Task, variant: str) -> dict[str, Any]:
                 align_on="id",
                 reveal={"predictions": [recipient]},
                 approximations=plan,
+                batch_size=len(split.x_test),  # one batch, as stock CrypTen's
             )
         )
         st = infer.wait(timeout=3600)

@@ -24,11 +24,13 @@ _EXPORTS = {
     "session": "mpcml.runtime.crypten_session",
     "TLSFiles": "mpcml.transport.tls",
     "TransportError": "mpcml.transport.errors",
+    "tune": "mpcml.api.tune",
 }
 
 if TYPE_CHECKING:
     from mpcml.api.client import Client, ClientError, JobError
     from mpcml.api.job import Job
+    from mpcml.api.tune import tune
     from mpcml.runtime.crypten_session import Session, session
     from mpcml.transport.errors import TransportError
     from mpcml.transport.tls import TLSFiles
@@ -43,6 +45,7 @@ __all__ = [
     "TransportError",
     "__version__",
     "session",
+    "tune",
 ]
 
 

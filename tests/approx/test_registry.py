@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+import mpcml
 from mpcml.api import plans
 from mpcml.api.tune import TuneError, tune
 from mpcml.approx import costs, registry
@@ -138,7 +139,8 @@ def test_the_tuner_finds_a_cheaper_plan_within_its_budget() -> None:
     model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3), nn.Softmax(dim=1))
     with torch.no_grad():
         y = model(x).argmax(1)
-    tuned = tune(model, x, y, budget=0.02)
+    tuned = mpcml.tune(model, x, y, budget=0.02)
+    assert mpcml.tune is tune
     assert tuned.seconds < tuned.crypten_seconds
     assert tuned.plaintext - tuned.tuned <= 0.02
     assert tuned.plan.source == "auto" and set(tuned.plan.nodes) == {"_1", "_3"}
