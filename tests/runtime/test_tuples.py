@@ -15,7 +15,7 @@ KEYS = [os.urandom(32) for _ in range(3)]
 
 
 def _request(
-    seq: int, kind: int, size0: list[int], size1: tuple[int, ...] = (), op: str = ""
+    seq: int, kind: pb.TupleKind, size0: list[int], size1: tuple[int, ...] = (), op: str = ""
 ) -> pb.TupleRequest:
     return pb.TupleRequest(seq=seq, kind=kind, size0=size0, size1=list(size1), op=op)
 
@@ -53,7 +53,7 @@ def test_a_tuple_is_drawn_again_the_same_and_no_other_tuple_shares_its_randomnes
 )
 def test_arithmetic_tuples_add_up(request_: pb.TupleRequest) -> None:
     shares = _all_shares(request_)
-    total = [sum(s[i] for s in shares) for i in range(len(shares[0]))]
+    total = [torch.stack([s[i] for s in shares]).sum(0) for i in range(len(shares[0]))]
     if request_.kind == pb.SQUARE:
         assert torch.equal(total[1], total[0] * total[0])
     else:
