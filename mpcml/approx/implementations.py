@@ -110,8 +110,8 @@ def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
     return result
 
 
-def _softmax_bounded(x: Any, k: Mapping[str, float], dim: int) -> Any:
-    numerator = _exp_limit(x.sub(k["shift"]), k, dim)
+def _normalised(numerator: Any, k: Mapping[str, float], dim: int) -> Any:
+    """Divide by the sum along `dim`, its reciprocal taken with the plan's iterations."""
     overrides = {
         "functions.reciprocal_all_pos": True,
         "functions.reciprocal_nr_iters": int(k["reciprocal_iterations"]),
@@ -119,6 +119,10 @@ def _softmax_bounded(x: Any, k: Mapping[str, float], dim: int) -> Any:
     with crypten.cfg.temp_override(overrides):
         inverse = numerator.sum(dim, keepdim=True).reciprocal()
     return numerator.mul(inverse)
+
+
+def _softmax_bounded(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    return _normalised(_exp_limit(x.sub(k["shift"]), k, dim), k, dim)
 
 
 def _cat(parts: list[Any], dim: int) -> Any:
@@ -138,14 +142,7 @@ def _max_along(x: Any, dim: int) -> Any:
 
 
 def _softmax_treemax(x: Any, k: Mapping[str, float], dim: int) -> Any:
-    numerator = _exp_limit(x.sub(_max_along(x, dim)), k, dim)
-    overrides = {
-        "functions.reciprocal_all_pos": True,
-        "functions.reciprocal_nr_iters": int(k["reciprocal_iterations"]),
-    }
-    with crypten.cfg.temp_override(overrides):
-        inverse = numerator.sum(dim, keepdim=True).reciprocal()
-    return numerator.mul(inverse)
+    return _normalised(_exp_limit(x.sub(_max_along(x, dim)), k, dim), k, dim)
 
 
 def _gelu_crypten(x: Any, k: Mapping[str, float], dim: int) -> Any:
