@@ -102,6 +102,15 @@ def _with(overrides: Callable[[Mapping[str, float]], dict[str, Any]], method: st
     return compute
 
 
+_reciprocal_positive = _with(
+    lambda k: {
+        "functions.reciprocal_all_pos": True,
+        "functions.reciprocal_nr_iters": int(k["iterations"]),
+    },
+    "reciprocal",
+)
+
+
 def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
     n = int(k["iterations"])
     result = x.div(2**n).add(1)
@@ -111,14 +120,11 @@ def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
 
 
 def _normalised(numerator: Any, k: Mapping[str, float], dim: int) -> Any:
-    """Divide by the sum along `dim`, its reciprocal taken with the plan's iterations."""
-    overrides = {
-        "functions.reciprocal_all_pos": True,
-        "functions.reciprocal_nr_iters": int(k["reciprocal_iterations"]),
-    }
-    with crypten.cfg.temp_override(overrides):
-        inverse = numerator.sum(dim, keepdim=True).reciprocal()
-    return numerator.mul(inverse)
+    """Divide by the sum along `dim`: positive, so its reciprocal is the registry's "positive"."""
+    total = numerator.sum(dim, keepdim=True)
+    return numerator.mul(
+        _reciprocal_positive(total, {"iterations": k["reciprocal_iterations"]}, dim)
+    )
 
 
 def _softmax_bounded(x: Any, k: Mapping[str, float], dim: int) -> Any:
@@ -157,13 +163,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
         lambda k: {"functions.log_iterations": int(k["iterations"])}, "log"
     ),
     ("reciprocal", "crypten"): lambda x, k, d: x.reciprocal(),
-    ("reciprocal", "positive"): _with(
-        lambda k: {
-            "functions.reciprocal_all_pos": True,
-            "functions.reciprocal_nr_iters": int(k["iterations"]),
-        },
-        "reciprocal",
-    ),
+    ("reciprocal", "positive"): _reciprocal_positive,
     ("sqrt", "crypten"): lambda x, k, d: x.sqrt(),
     ("sqrt", "newton"): _with(lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "sqrt"),
     ("rsqrt", "crypten"): lambda x, k, d: x.inv_sqrt(),
