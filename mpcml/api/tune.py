@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,9 +64,24 @@ class NodeRange:
     """Inputs per calibration row."""
 
     def widened(self, margin: float = 0.1) -> tuple[float, float]:
-        """The range with `margin` times its span (at least 0.5) on both sides."""
+        """The range with `margin` times its span (at least 0.5) on both sides.
+
+        An inverse square root's inputs (variances) are positive and span decades: its range
+        is widened by a factor, 1 + 10 margin, instead.
+        """
+        if self.function == "rsqrt":
+            factor = 1 + 10 * margin
+            return self.low / factor, self.high * factor
         pad = max(margin * (self.high - self.low), 0.5)
         return self.low - pad, self.high + pad
+
+    def see(self, x: torch.Tensor) -> None:
+        """Widen the range to the inputs `x` (a batch)."""
+        self.low = min(self.low, float(x.min()))
+        self.high = max(self.high, float(x.max()))
+        self.elements = int(x[0].numel())
+        if self.function == "softmax":
+            self.row_max_low = min(self.row_max_low, float(x.max(self.dim).values.min()))
 
 
 @dataclass
@@ -153,19 +168,63 @@ class _Emulator(torch.fx.Interpreter):
         args, _ = self.fetch_args_kwargs_from_env(n)
         x = args[0]
         if self.record:
-            info.low = min(info.low, float(x.min()))
-            info.high = max(info.high, float(x.max()))
-            info.elements = int(x[0].numel())
-            if info.function == "softmax":
-                info.row_max_low = min(info.row_max_low, float(x.max(info.dim).values.min()))
+            info.see(x)
         choice = self.choices.get(n.name)
         if choice is None:
             return super().run_node(n)
-        fixed = Fixed(x.detach().double())
-        out = apply(choice.function, choice.implementation, fixed, choice.knobs, info.dim)
-        if fixed.overflowed:
-            self.overflowed.add(n.name)
-        return out.v.to(x.dtype)
+        return _emulated(choice, x, info.dim, self.overflowed)
+
+
+def _emulated(choice: Choice, x: torch.Tensor, dim: int, overflowed: set[str]) -> torch.Tensor:
+    """`choice`'s function of `x` in CrypTen's fixed point; notes the node if it overflowed."""
+    fixed = Fixed(x.detach().double())
+    out = apply(choice.function, choice.implementation, fixed, choice.knobs, dim)
+    if fixed.overflowed:
+        overflowed.add(choice.node)
+    result: torch.Tensor = out.v.to(x.dtype)
+    return result
+
+
+Runner = Callable[[Mapping[str, Choice], bool], tuple[torch.Tensor, set[str]]]
+"""Runs the model on the calibration rows with `choices` (recording the ranges when asked);
+returns the output and the nodes whose emulation overflowed."""
+
+
+def _fx_runner(model: torch.nn.Module, ranges: Mapping[str, NodeRange], x: Any) -> Runner:
+    module = torch.fx.symbolic_trace(model)
+
+    def run(choices: Mapping[str, Choice], record: bool = False) -> tuple[Any, set[str]]:
+        emulator = _Emulator(module, ranges, choices, record)
+        with torch.no_grad():
+            return emulator.run(x), emulator.overflowed
+
+    return run
+
+
+def _graph_runner(
+    graph: Any, state: Mapping[str, torch.Tensor], ranges: Mapping[str, NodeRange], x: Any
+) -> Runner:
+    """The lowered graph in plaintext (`mpcml.graph.plain`).
+
+    A transformer's own trace holds Hugging Face's mask and shape code, which the graph has
+    folded away.
+    """
+    from mpcml.graph.plain import evaluate
+
+    def run(choices: Mapping[str, Choice], record: bool = False) -> tuple[Any, set[str]]:
+        overflowed: set[str] = set()
+
+        def hook(node: Any, function: str, value: torch.Tensor, dim: int) -> Any:
+            if record:
+                ranges[node.name].see(value)
+            choice = choices.get(node.name)
+            return None if choice is None else _emulated(choice, value, dim, overflowed)
+
+        with torch.no_grad():
+            out = evaluate(graph, state, x, hook)
+        return out.reshape(-1, out.size(-1)) if out.dim() > 2 else out, overflowed
+
+    return run
 
 
 class _Task:
@@ -227,6 +286,9 @@ def _free_knobs(
                 yield {"bound": bound}
         else:
             yield {"bound": min(max(abs(lo), abs(hi)), 32.0)}
+    elif name == "scaled":  # rsqrt: every even power of two; the domain check keeps those that fit
+        for shift in range(-12, 13, 2):
+            yield {"shift": float(shift)}
     elif name == "bounded":
         if hi - r.row_max_low <= 3.5:  # every row's largest input within 4 of the shift
             yield {"shift": hi}
@@ -240,7 +302,7 @@ def _cost(choice: Choice, r: NodeRange, parties: int, batch: int, network: costs
 
 
 def tune(
-    model: torch.nn.Module,
+    model: Any,
     x: torch.Tensor,
     y: torch.Tensor | None = None,
     *,
@@ -253,6 +315,10 @@ def tune(
 ) -> Tuned:
     """The cheapest plan for `model` on the calibration rows `x` (labels `y`) within `budget`.
 
+    `model`: a torch module, or an `mpcml.graph.hf.SequenceModel` whose rows `x` are token rows
+    as a party shares them (`mpcml.graph.sequence_ops.token_rows`); a language model's logits
+    are scored as next-token predictions, against the plaintext model's own without labels.
+
     `margin`: how far beyond the calibrated range (a share of its span) the plan must hold;
     a training job, whose inputs drift as the weights change, wants more than the default.
     `tolerance`: also keep only implementations whose error bound (`mpcml.approx.bounds`) is
@@ -261,20 +327,22 @@ def tune(
     """
     if network not in costs.NETWORKS:
         raise TuneError(f"network {network!r} is not one of {', '.join(costs.NETWORKS)}")
-    graph = trace(model)
-    module = torch.fx.symbolic_trace(model)
+    from mpcml.graph.hf import SequenceModel
+    from mpcml.graph.hf import trace as trace_sequence
+
+    graph = trace_sequence(model) if isinstance(model, SequenceModel) else trace(model)
     ranges: dict[str, NodeRange] = {}
     for node in graph.nodes:
         if node.op in OP_FUNCTIONS:
             dim = int(decode_attrs(node).get("dim", -1))
             ranges[node.name] = NodeRange(node.name, OP_FUNCTIONS[node.op], dim)
     x = torch.as_tensor(x, dtype=torch.float32)
-    with torch.no_grad():
-        plain = _Emulator(module, ranges, {}, record=True).run(x)  # plaintext: the ranges
-        crypten_runner = _Emulator(
-            module, ranges, {n: Choice(n, r.function) for n, r in ranges.items()}
-        )
-        crypten_out = crypten_runner.run(x)
+    if isinstance(model, SequenceModel):
+        run = _graph_runner(graph, model.model.state_dict(), ranges, x)
+    else:
+        run = _fx_runner(model, ranges, x)
+    plain, _ = run({}, True)  # plaintext: the ranges
+    crypten_out, _ = run({n: Choice(n, r.function) for n, r in ranges.items()}, False)
     ends_in_sigmoid = bool(graph.nodes) and graph.nodes[-1].op == "Sigmoid"
     task = _Task(plain, y, ends_in_sigmoid)
     net = costs.NETWORKS[network]
@@ -304,11 +372,8 @@ def tune(
                 result.seconds = seconds
                 break
             result.tried += 1
-            trial = {**chosen, name: candidate}
-            with torch.no_grad():
-                runner = _Emulator(module, ranges, trial)
-                out = runner.run(x)
-            if runner.overflowed or task.change(out) > budget:
+            out, overflowed = run({**chosen, name: candidate}, False)
+            if overflowed or task.change(out) > budget:
                 continue
             chosen[name] = result.choice = candidate
             result.seconds = seconds
@@ -319,8 +384,7 @@ def tune(
                 f"budget {budget:g} on inputs in [{result.range.low:.4g}, {result.range.high:.4g}]"
                 ", and CrypTen's own is not accurate there"
             )
-    with torch.no_grad():
-        tuned_out = _Emulator(module, ranges, chosen).run(x)
+    tuned_out, _ = run(chosen, False)
     plan = jpb.ApproximationPlan(source="auto")
     for name, choice in chosen.items():
         entry = plan.nodes[name]

@@ -111,6 +111,9 @@ _reciprocal_positive = _with(
 )
 
 
+_rsqrt_newton = _with(lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "inv_sqrt")
+
+
 def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
     n = int(k["iterations"])
     result = x.div(2**n).add(1)
@@ -152,7 +155,10 @@ def _softmax_treemax(x: Any, k: Mapping[str, float], dim: int) -> Any:
 
 
 def _gelu_crypten(x: Any, k: Mapping[str, float], dim: int) -> Any:
-    return x.mul(x.div(math.sqrt(2)).erf().add(1)).div(2)
+    # The tanh form with CrypTen's tanh: CrypTen has no GELU, and its erf is wrong away from 0.
+    s = math.sqrt(2 / math.pi)
+    inner = x.mul(x.square().mul(0.044715 * s).add(s))
+    return x.mul(inner.tanh().add(1)).div(2)
 
 
 IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
@@ -167,8 +173,9 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ("sqrt", "crypten"): lambda x, k, d: x.sqrt(),
     ("sqrt", "newton"): _with(lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "sqrt"),
     ("rsqrt", "crypten"): lambda x, k, d: x.inv_sqrt(),
-    ("rsqrt", "newton"): _with(
-        lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "inv_sqrt"
+    ("rsqrt", "newton"): _rsqrt_newton,
+    ("rsqrt", "scaled"): lambda x, k, d: _rsqrt_newton(x.mul(2.0 ** k["shift"]), k, d).mul(
+        2.0 ** (k["shift"] / 2)
     ),
     ("sigmoid", "crypten"): lambda x, k, d: x.sigmoid(),
     ("sigmoid", "poly"): _poly("sigmoid"),

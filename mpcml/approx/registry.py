@@ -182,6 +182,18 @@ for _spec in (
         scale="relative",
     ),
     Spec(
+        "rsqrt",
+        "scaled",
+        "2^(s/2) times n Newton-Raphson iterations on x 2^s: a public power of two moves the "
+        "input into CrypTen's domain (a LayerNorm's variance is often below 0.1)",
+        (
+            _iterations(3, 2, 6, "n"),
+            Knob("shift", -12, 12, 0, structural=False, doc="s, even"),
+        ),
+        domain=lambda k: (0.1 * 2.0 ** -k["shift"], 200.0 * 2.0 ** -k["shift"]),
+        scale="relative",
+    ),
+    Spec(
         "sigmoid",
         "crypten",
         "CrypTen's 1 / (1 + e^-|x|) with the sign folded back (exp, reciprocal, a comparison)",
@@ -241,8 +253,9 @@ for _spec in (
     Spec(
         "gelu",
         "crypten",
-        "0.5 x (1 + erf(x / sqrt 2)) with CrypTen's erf (whose domain is narrow: see erf)",
-        domain=lambda k: (-0.7, 0.7),
+        "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with CrypTen's tanh (CrypTen has no "
+        "GELU, and its erf is wrong away from 0: see erf); tanh's argument stays within its domain",
+        domain=lambda k: (-8.0, 8.0),
         scale="relative1",
     ),
     Spec(
@@ -288,8 +301,16 @@ for _spec in (
 FUNCTIONS = tuple(SPECS)
 """The non-linear functions the registry covers."""
 
-OP_FUNCTIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Softmax": "softmax"}
-"""Graph ops (`mpcml.graph.ops`) computed by one of the registry's functions."""
+OP_FUNCTIONS = {
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Softmax": "softmax",
+    "GELU": "gelu",
+    "SiLU": "silu",
+    "LayerNorm": "rsqrt",
+}
+"""Graph ops (`mpcml.graph.ops`) computed by one of the registry's functions (a LayerNorm's
+is inside it: the inverse square root of its variance)."""
 
 
 def spec(function: str, name: str) -> Spec:
@@ -320,6 +341,8 @@ def knobs(function: str, name: str, given: Mapping[str, float]) -> dict[str, flo
             )
         if knob.integer and value != int(value):
             raise PlanError(f"{function} {name!r}: knob {knob.name} must be a whole number")
+        if knob.name == "shift" and function == "rsqrt" and int(value) % 2:
+            raise PlanError(f"rsqrt {name!r}: knob shift must be even, got {value:g}")
         if knob.name == "degree" and int(value) % 2 == 0:
             raise PlanError(f"{function} {name!r}: knob degree must be odd, got {value:g}")
         out[knob.name] = value

@@ -35,11 +35,14 @@ def build(graph: pb.Graph, choices: Mapping[str, Choice] | None = None) -> Any:
     for node in graph.nodes:
         attrs = decode_attrs(node)
         choice = (choices or {}).get(node.name)
+        spec = SPECS[node.op]
         try:
-            if choice is not None and not choice.is_crypten:
+            if choice is not None and spec.interior is not None:
+                op_module = spec.interior(attrs, choice)
+            elif choice is not None and not choice.is_crypten:
                 op_module = approximated(choice, int(attrs.get("dim", -1)))
             else:
-                op_module = SPECS[node.op].build(attrs)
+                op_module = spec.build(attrs)
         except KeyError as exc:
             raise GraphError(f"node {node.name!r}: {node.op} needs the setting {exc}") from None
         module.add_module(node.name, op_module, list(node.inputs))

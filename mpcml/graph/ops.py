@@ -8,45 +8,16 @@ listed here is refused by name, when the model is traced (`trace.py`) and when a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from mpcml.errors import MpcmlError
+from mpcml.graph.opspec import VARIADIC, Attrs, GraphError, OpSpec, crypten_nn
+from mpcml.graph.sequence_ops import transformer_ops
 from mpcml.proto.v1 import graph_pb2 as pb
+
+__all__ = ["GRAPH_VERSION", "SPECS", "Attrs", "GraphError", "OpSpec", "crypten_nn", "validate"]
 
 GRAPH_VERSION = 1
 """The version of `mpcml.v1.Graph` this build writes and reads."""
-
-Attrs = dict[str, Any]
-"""An op's settings: ints, floats, bools, strings and tuples of ints."""
-
-
-class GraphError(MpcmlError, ValueError):
-    """A model or a graph uses something outside the whitelist, or is malformed."""
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """One whitelisted op."""
-
-    name: str
-    arity: int
-    build: Callable[[Attrs], Any]
-    """Makes the crypten.nn module that computes the op."""
-    parameters: tuple[str, ...] = ()
-    buffers: tuple[str, ...] = ()
-    settings: tuple[str, ...] = ()
-    """The attributes a node of this op carries, no more and no fewer."""
-
-
-def crypten_nn() -> Any:
-    """crypten.nn, imported (with mpcml's shims) only when a graph is built."""
-    from mpcml.runtime import compat
-
-    compat.apply()
-    import crypten.nn
-
-    return crypten.nn
 
 
 def _unary(method: str) -> Callable[[Attrs], Any]:
@@ -143,6 +114,7 @@ SPECS: dict[str, OpSpec] = {
             settings=("output_size",),
         ),
         OpSpec("Add", 2, lambda a: crypten_nn().Add()),
+        *transformer_ops(),
     ]
 }
 
@@ -155,7 +127,7 @@ def decode_attrs(node: pb.Node) -> Attrs:
         if kind is None:
             raise GraphError(f"node {node.name!r}: setting {key!r} has no value")
         value = getattr(attr, kind)
-        out[key] = tuple(value.values) if kind == "ints" else value
+        out[key] = tuple(value.values) if kind in ("ints", "floats") else value
     return out
 
 
@@ -193,7 +165,7 @@ def validate(graph: pb.Graph) -> None:
                 f"node {node.name!r}: op {node.op!r} is not supported; "
                 f"supported: {', '.join(sorted(SPECS))}"
             )
-        if len(node.inputs) != spec.arity:
+        if len(node.inputs) != spec.arity and not (spec.arity == VARIADIC and node.inputs):
             raise GraphError(
                 f"node {node.name!r}: {node.op} takes {spec.arity} input(s), got {len(node.inputs)}"
             )

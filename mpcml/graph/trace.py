@@ -73,7 +73,22 @@ def from_module(m: torch.nn.Module) -> tuple[str, Attrs]:
             "eps": float(m.eps),
             "momentum": float(m.momentum),
         }
-    simple = {nn.ReLU: "ReLU", nn.Sigmoid: "Sigmoid", nn.Tanh: "Tanh"}
+    if isinstance(m, nn.Embedding):
+        if m.max_norm is not None or m.sparse:
+            raise GraphError("Embedding with max_norm or sparse gradients is not supported")
+        return "Embedding", {
+            "num_embeddings": m.num_embeddings,
+            "embedding_dim": m.embedding_dim,
+        }
+    if isinstance(m, nn.LayerNorm):
+        if not m.elementwise_affine or m.bias is None or len(m.normalized_shape) != 1:
+            raise GraphError(
+                "LayerNorm needs elementwise_affine=True, a bias, and one normalised dimension"
+            )
+        return "LayerNorm", {"normalized_shape": tuple(m.normalized_shape), "eps": float(m.eps)}
+    if isinstance(m, nn.GELU):
+        return "GELU", {"approximate": str(m.approximate)}
+    simple = {nn.ReLU: "ReLU", nn.Sigmoid: "Sigmoid", nn.Tanh: "Tanh", nn.SiLU: "SiLU"}
     for cls, op in simple.items():
         if type(m) is cls:
             return op, {}
@@ -161,6 +176,8 @@ def encode_attr(value: Any) -> pb.Attr:
         return pb.Attr(s=value)
     if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
         return pb.Attr(ints=pb.IntList(values=list(value)))
+    if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+        return pb.Attr(floats=pb.FloatList(values=list(value)))
     raise GraphError(f"setting {value!r} cannot be put in a graph")
 
 

@@ -77,8 +77,11 @@ def test_a_kernel_larger_than_its_input_is_refused() -> None:
         infer_shapes(trace(pool), (1, 3, 8))
 
 
-def test_adding_two_different_shapes_is_refused_without_broadcasting() -> None:
-    with pytest.raises(GraphError, match=r"\(Add\) adds shapes \[2, 8, 8\] and \[2, 4, 4\].*"):
+def test_adding_shapes_that_do_not_broadcast_is_refused() -> None:
+    with pytest.raises(
+        GraphError,
+        match=r"\(Add\) cannot broadcast shapes \['batch', 2, 8, 8\] and \['batch', 2, 4, 4\]",
+    ):
         infer_shapes(trace(Residual()), (2, 8, 8))
 
 
