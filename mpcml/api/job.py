@@ -62,9 +62,11 @@ def _bindings(parties: Mapping[str, Binding] | None, what: str) -> list[jpb.Data
 def _graph(model: Any) -> gpb.Graph:
     if isinstance(model, gpb.Graph):
         return model
+    from mpcml.graph.hf import SequenceModel
+    from mpcml.graph.hf import trace as trace_sequence
     from mpcml.graph.trace import trace
 
-    return trace(model)
+    return trace_sequence(model) if isinstance(model, SequenceModel) else trace(model)
 
 
 def _plan(

@@ -75,9 +75,24 @@ def model_of(path: str | Path) -> tuple[Any, dict[str, Any]]:
     data = read_toml(path, "the job file", JobFileError)
     if "model" not in data:
         raise JobFileError(f"{path}: the job file names no [model] to tune")
-    cls = _model_class(data["model"]["python"], path.resolve().parent)
+    return _model(data["model"], path.resolve().parent), dict(data.get("weights", {}))
+
+
+def _model(table: dict[str, Any], base: Path) -> Any:
+    """The [model] table's model: a torch module, or a Hugging Face `SequenceModel`."""
+    if "transformers" in table:
+        from mpcml.graph import hf
+        from mpcml.graph.ops import GraphError
+
+        try:
+            config = hf.read_config(base / table["config"])
+            model = hf.from_config(table["transformers"], config)
+        except GraphError as exc:
+            raise JobFileError(f"model: {exc}") from None
+        return hf.SequenceModel(model, int(table["sequence"]))
+    cls = _model_class(table["python"], base)
     try:
-        return cls(**data["model"].get("args", {})), dict(data.get("weights", {}))
+        return cls(**table.get("args", {}))
     except TypeError as exc:
         raise JobFileError(f"model: {exc}") from None
 
@@ -115,13 +130,7 @@ def _approximations(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def _job(data: dict[str, Any], base: Path) -> Job:
-    model = None
-    if "model" in data:
-        cls = _model_class(data["model"]["python"], base)
-        try:
-            model = cls(**data["model"].get("args", {}))
-        except TypeError as exc:
-            raise JobFileError(f"model: {exc}") from None
+    model = _model(data["model"], base) if "model" in data else None
     weights = data.get("weights", {})
     private = weights.get("private")
     common: dict[str, Any] = {

@@ -315,9 +315,10 @@ def tune(
 ) -> Tuned:
     """The cheapest plan for `model` on the calibration rows `x` (labels `y`) within `budget`.
 
-    `model`: a torch module, or an `mpcml.graph.hf.SequenceModel` whose rows `x` are token rows
-    as a party shares them (`mpcml.graph.sequence_ops.token_rows`); a language model's logits
-    are scored as next-token predictions, against the plaintext model's own without labels.
+    `model`: a torch module, or an `mpcml.graph.hf.SequenceModel` whose rows `x` are token ids
+    (rows x sequence) or token rows as a party shares them (`sequence_ops.token_rows`); a
+    language model's logits are scored as next-token predictions, against the plaintext
+    model's own without labels.
 
     `margin`: how far beyond the calibrated range (a share of its span) the plan must hold;
     a training job, whose inputs drift as the weights change, wants more than the default.
@@ -336,6 +337,12 @@ def tune(
         if node.op in OP_FUNCTIONS:
             dim = int(decode_attrs(node).get("dim", -1))
             ranges[node.name] = NodeRange(node.name, OP_FUNCTIONS[node.op], dim)
+    if isinstance(model, SequenceModel) and torch.as_tensor(x).dim() == 2:  # token ids
+        from mpcml.graph.sequence_ops import token_rows, token_vocab
+
+        vocab = token_vocab(graph)
+        assert vocab is not None
+        x = torch.from_numpy(token_rows(torch.as_tensor(x).numpy(), None, vocab))
     x = torch.as_tensor(x, dtype=torch.float32)
     if isinstance(model, SequenceModel):
         run = _graph_runner(graph, model.model.state_dict(), ranges, x)

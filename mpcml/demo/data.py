@@ -8,7 +8,8 @@ The breast-cancer features are split vertically: alice holds the first 15 column
 15 and carol the labels, joined by the `id` column. Bob writes his rows sorted by id (a different
 order from alice's and carol's), so a job must align rows by id; his `*_positional.csv` copies are
 in alice's order for jobs that align by position. For the digits, alice holds test images and bob
-a privately trained classifier (private inference).
+a privately trained classifier (private inference); likewise for the reviews (`sentiment.py`):
+alice's token sequences, bob's small BERT.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from sklearn.datasets import load_breast_cancer, load_digits
 from torch import nn
 
+from mpcml.demo import sentiment
 from mpcml.demo.models import DigitsMLP
 
 BC_TRAIN_ROWS = 455
@@ -180,6 +182,8 @@ def write_parties(parties_dir: Path) -> None:
     print(f"digits_mlp test accuracy: {accuracy(model, dg.x_test, dg.y_test):.4f}")
     (parties_dir / "bob/models").mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), parties_dir / "bob/models/digits_mlp.pt")
+
+    print(f"sentiment_bert test accuracy: {sentiment.write(parties_dir):.4f}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -7,7 +7,9 @@ It makes a fresh CA and certificates, starts the coordinator and the three party
    columns, bob 15, carol the labels; rows aligned on the id column), the weights staying
    secret-shared;
 2. runs each trained model on the held-out rows, predictions revealed to carol only;
-3. runs bob's private digits model on alice's images, predictions revealed to alice only.
+3. runs bob's private digits model on alice's images, predictions revealed to alice only;
+4. runs bob's private BERT sentiment classifier (a Hugging Face model) on alice's token
+   sequences, the logits revealed to alice only.
 
 Each secure result is compared with plaintext PyTorch on the same data, initial weights,
 hyper-parameters and batches. The demo plays every organisation, so it reads carol's and
@@ -32,8 +34,9 @@ import torch
 
 from mpcml.api.client import Client, JobHandle
 from mpcml.api.job import Job
-from mpcml.demo import data, models
+from mpcml.demo import data, models, sentiment
 from mpcml.demo.cluster import LocalCluster
+from mpcml.graph import hf
 from mpcml.graph.init import initial_state
 from mpcml.graph.trace import trace
 from mpcml.jobs.events import EventKind
@@ -225,6 +228,46 @@ def digits_task(client: Client, cluster: LocalCluster) -> TaskResult:
     )
 
 
+def sentiment_task(client: Client, cluster: LocalCluster) -> TaskResult:
+    """Bob's private BERT on alice's token sequences; only alice learns the logits."""
+    config = hf.read_config(cluster.parties_dir / "bob" / "models" / "sentiment_bert.json")
+    model = hf.from_config(sentiment.CLASS, config)  # the architecture is public, not the weights
+    began = time.monotonic()
+    handle = client.submit(
+        Job.infer(
+            model=hf.SequenceModel(model, sentiment.SEQUENCE),
+            weights={"bob": "sentiment-bert"},
+            features={"alice": "reviews"},
+            reveal={"predictions": ["alice"]},
+            name="sentiment-private-bert",
+        )
+    )
+    result = _follow(handle, "sentiment infer")
+    seconds = time.monotonic() - began
+    secure, ids = predictions(result, "alice")
+    with np.load(cluster.parties_dir / "alice" / "data" / "reviews.npz") as reviews:
+        tokens, mask, labels = reviews["input_ids"], reviews["attention_mask"], reviews["label"]
+        assert np.array_equal(ids, reviews["id"]), "alice's predictions are not in her row order"
+    # Only to print the plaintext column: the demo plays bob too and reads his file.
+    state = torch.load(
+        cluster.parties_dir / "bob" / "models" / "sentiment_bert.pt", weights_only=True
+    )
+    model.load_state_dict(state)
+    with torch.no_grad():
+        plain = model(
+            input_ids=torch.from_numpy(tokens), attention_mask=torch.from_numpy(mask)
+        ).logits.numpy()
+    return TaskResult(
+        name="sentiment (bob's private BERT, alice's text)",
+        secure_accuracy=float((secure.argmax(1) == labels).mean()),
+        plaintext_accuracy=float((plain.argmax(1) == labels).mean()),
+        max_abs_diff=float(np.abs(secure - plain).max()),
+        rounds=result.status.total_rounds,
+        bytes=result.bytes_sent,
+        seconds=seconds,
+    )
+
+
 def table(rows: list[TaskResult]) -> str:
     """The results as a text table."""
     head = (
@@ -266,6 +309,7 @@ def main(json_output: bool = False, workdir: Path | None = None, epochs: int | N
                     breast_cancer_task(client, "logreg", models.LogisticRegression(), epochs),
                     breast_cancer_task(client, "mlp", models.BreastCancerMLP(), epochs),
                     digits_task(client, cluster),
+                    sentiment_task(client, cluster),
                 ]
         except KeyboardInterrupt:
             _say("interrupted: every process the demo started was stopped")

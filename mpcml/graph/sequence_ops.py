@@ -77,6 +77,20 @@ def token_rows(ids: np.ndarray, mask: np.ndarray | None, vocab: int) -> np.ndarr
     return rows
 
 
+def token_vocab(graph: Any) -> int | None:
+    """The vocabulary of a graph that reads token rows (an `mpcml.v1.Graph`), else None."""
+    for node in graph.nodes:
+        if node.op == "Tokens" and node.inputs[0] in graph.inputs:
+            return int(node.attrs["vocab"].i)
+    return None
+
+
+def input_shape(graph: Any, row_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The graph's input row for a dataset's rows: token ids become one-hot rows and a mask."""
+    vocab = token_vocab(graph)
+    return row_shape if vocab is None else (*row_shape, vocab + 1)
+
+
 def _tokens(a: Attrs) -> Forward:
     vocab = int(a["vocab"])
     if a["part"] == "ids":

@@ -14,6 +14,7 @@ from mpcml.approx.registry import PlanError
 from mpcml.errors import MpcmlError
 from mpcml.graph.ops import GraphError
 from mpcml.graph.ops import validate as check_graph
+from mpcml.graph.sequence_ops import input_shape
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.spec import COORDINATOR, RoundPlan, parties_in_order, round_plan
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -252,7 +253,7 @@ def validate(
     if rows == 0:
         raise SpecError("the job's features have no rows")
     try:
-        output = infer_shapes(spec.graph, row_shape)
+        output = infer_shapes(spec.graph, input_shape(spec.graph, row_shape))
     except GraphError as exc:
         raise SpecError(
             f"the model does not fit the data (rows of shape {list(row_shape)}): {exc}"

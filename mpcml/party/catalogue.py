@@ -28,6 +28,8 @@ class Table:
     columns: list[str]
     values: np.ndarray
     ids: np.ndarray | None
+    mask: np.ndarray | None = None
+    """A token dataset's attention mask, of the values' shape."""
 
 
 def read(entry: DatasetEntry) -> Table:
@@ -74,10 +76,18 @@ def _read_npz(entry: DatasetEntry) -> Table:
             raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {entry.array!r}")
         values = np.asarray(npz[entry.array], dtype=np.float32)
         ids = np.asarray(npz[entry.id_column], dtype=np.int64) if entry.id_column else None
+        if entry.mask and entry.mask not in npz:
+            raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {entry.mask!r}")
+        mask = np.asarray(npz[entry.mask], dtype=np.float32) if entry.mask else None
     if ids is not None and len(ids) != len(values):
         raise DataError(f"dataset {entry.name!r}: {len(ids)} ids for {len(values)} rows")
+    if mask is not None and mask.shape != values.shape:
+        raise DataError(
+            f"dataset {entry.name!r}: mask {entry.mask!r} has shape {list(mask.shape)}, "
+            f"{entry.array!r} {list(values.shape)}"
+        )
     columns = [f"c{i}" for i in range(values.shape[1])] if values.ndim == 2 else []
-    return Table(columns, values, ids)
+    return Table(columns, values, ids, mask)
 
 
 def describe(entry: DatasetEntry) -> cpb.DatasetInfo:

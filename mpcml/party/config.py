@@ -17,6 +17,10 @@ key = "certs/alice.key"
 [datasets.bc-train]
 path = "data/bc_train.csv"         # CSV with a header row, or .npz
 id_column = "id"
+[datasets.reviews]                 # token ids (rows x sequence) for a transformer
+path = "data/reviews.npz"
+array = "input_ids"
+mask = "attention_mask"            # optional: 0/1 per token, 1 everywhere without it
 [models.digits-mlp]
 path = "models/digits_mlp.pt"      # a torch state_dict, read with weights_only=True
 [policy]                           # see mpcml/party/policy.py
@@ -46,6 +50,8 @@ class DatasetEntry:
     id_column: str = ""
     array: str = "x"
     """For .npz files: the array holding the rows."""
+    mask: str = ""
+    """For .npz token datasets: the array holding the attention mask (0/1 per token)."""
 
 
 @dataclass(frozen=True)
@@ -140,4 +146,5 @@ def _dataset(name: str, entry: Any, base: Path) -> DatasetEntry:
         path=cfg.resolve(base, str(cfg.need(entry, "path", base))),
         id_column=str(entry.get("id_column", "")),
         array=str(entry.get("array", "x")),
+        mask=str(entry.get("mask", "")),
     )

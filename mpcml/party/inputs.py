@@ -17,6 +17,8 @@ import crypten.communicator as crypten_comm
 import numpy as np
 import torch
 
+from mpcml.graph.ops import GraphError
+from mpcml.graph.sequence_ops import token_rows, token_vocab
 from mpcml.party import catalogue
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig
@@ -77,12 +79,27 @@ class InputSharer:
         self.me = config.name
         self.ranks = ranks
 
-    def _mine(self, binding: jpb.DataBinding) -> tuple[np.ndarray, np.ndarray | None]:
+    def _mine(self, binding: jpb.DataBinding, what: str) -> tuple[np.ndarray, np.ndarray | None]:
         entry = self.config.datasets.get(binding.dataset)
         if entry is None:
             raise DataError(f"party {self.me!r} has no dataset {binding.dataset!r}")
         table = catalogue.read(entry)
-        return catalogue.select(table, entry, list(binding.columns), self.spec.align_on)
+        vocab = token_vocab(self.spec.graph) if what == FEATURES else None
+        if vocab is None:
+            return catalogue.select(table, entry, list(binding.columns), self.spec.align_on)
+        # Token ids: encoded here, before sharing, so that no party but this one sees them.
+        if table.values.ndim != 2:
+            raise DataError(
+                f"dataset {binding.dataset!r} must hold token ids as rows x sequence, it has "
+                f"shape {list(table.values.shape)}"
+            )
+        mask = table.mask if table.mask is not None else np.ones_like(table.values)
+        both = catalogue.Table(table.columns, np.stack([table.values, mask], -1), table.ids)
+        values, ids = catalogue.select(both, entry, list(binding.columns), self.spec.align_on)
+        try:
+            return token_rows(values[..., 0], values[..., 1], vocab), ids
+        except GraphError as exc:
+            raise DataError(f"dataset {binding.dataset!r} of party {self.me!r}: {exc}") from None
 
     def share(self, bindings: list[jpb.DataBinding], what: str, classes: int = 0) -> Shared:
         """Share `bindings` (`what`: FEATURES or LABELS); `classes` one-hot encodes labels."""
@@ -92,7 +109,7 @@ class InputSharer:
         for i, b in enumerate(bindings):
             meta: list[Any] | None = None
             if b.party == self.me:
-                values, ids = self._mine(b)
+                values, ids = self._mine(b, what)
                 local[i] = (values, ids)
                 digest = (
                     hashlib.sha256(np.sort(ids).tobytes()).hexdigest() if ids is not None else ""
