@@ -255,7 +255,9 @@ for _spec in (
         "crypten",
         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with CrypTen's tanh (CrypTen has no "
         "GELU, and its erf is wrong away from 0: see erf); tanh's argument stays within its domain",
-        domain=lambda k: (-8.0, 8.0),
+        # tanh(u) is 2 sigmoid(2u) - 1, whose exp(-2|u|) keeps a positive base while
+        # 2|u| < 256: up to |x| = 16 (u = 159); beyond it the base goes negative.
+        domain=lambda k: (-16.0, 16.0),
         scale="relative1",
     ),
     Spec(

@@ -1,0 +1,118 @@
+"""Small transformers and an op-by-op model for the sequence tests, the same in every process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+
+from mpcml.graph import hf
+from mpcml.graph.lower import BATCHES, lower
+from mpcml.graph.sequence_ops import token_rows
+from mpcml.proto.v1 import graph_pb2 as pb
+
+VOCAB = 40
+SEQUENCE = 16
+ROWS = 4
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    # initializer_range 0.3: every LayerNorm's variance inside CrypTen's inverse square root's
+    # domain, [0.1, 200] (HF's default 0.02 gives variances near 0.001, which only the tuner's
+    # scaled rsqrt reaches).
+    "bert": (
+        "BertForSequenceClassification",
+        {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 128,
+            "max_position_embeddings": 32,
+            "num_labels": 3,
+            "initializer_range": 0.3,
+        },
+    ),
+    "gpt2": (
+        "GPT2LMHeadModel",
+        {
+            "vocab_size": VOCAB,
+            "n_embd": 64,
+            "n_layer": 2,
+            "n_head": 2,
+            "n_positions": 32,
+            "initializer_range": 0.3,
+        },
+    ),
+}
+
+
+def transformer(name: str) -> hf.SequenceModel:
+    """The seeded model `name` ("bert" or "gpt2") at SEQUENCE tokens."""
+    cls, config = CONFIGS[name]
+    return hf.SequenceModel(hf.from_config(cls, config, seed=3), SEQUENCE)
+
+
+def tokens(seed: int = 0, rows: int = ROWS, padded: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and an attention mask (one row padded from the middle when `padded`)."""
+    ids = np.random.default_rng(seed).integers(0, VOCAB, (rows, SEQUENCE))
+    mask = np.ones((rows, SEQUENCE), dtype=np.float32)
+    if padded:
+        mask[1, SEQUENCE // 2 + 3 :] = 0
+    return ids, mask
+
+
+def plaintext(model: hf.SequenceModel, ids: np.ndarray, mask: np.ndarray | None) -> torch.Tensor:
+    """The Hugging Face model's logits."""
+    kwargs = {"input_ids": torch.from_numpy(ids)}
+    if mask is not None and "attention_mask" in model.names():
+        kwargs["attention_mask"] = torch.from_numpy(mask).long()
+    with torch.no_grad():
+        out: torch.Tensor = model.model(**kwargs).logits
+    return out
+
+
+class Ops(nn.Module):
+    """Every transformer op the two models leave out: Sub, Mul, Pow, Mean, Cat, SiLU, chunk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.embed(input_ids))
+        centred = h - h.mean(-1, keepdim=True)
+        left, right = centred.chunk(2, dim=-1)
+        product = left * right + 0.5 * left.pow(3)
+        joined = torch.cat([F.silu(product), F.gelu(right, approximate="tanh")], dim=-1)
+        masked = joined * attention_mask.unsqueeze(-1)
+        return masked.mean(1) - 2.0
+
+
+def ops_model() -> nn.Module:
+    torch.manual_seed(4)
+    model = Ops().eval()
+    with torch.no_grad():
+        model.embed.weight.mul_(2.0)
+    return model
+
+
+def ops_graph() -> pb.Graph:
+    """The Ops model lowered as a token model."""
+    model = ops_model()
+    examples = []
+    for rows in BATCHES:
+        ids, mask = tokens(rows=rows)
+        examples.append(
+            {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        )
+    tokens_in = {"input_ids": "ids", "attention_mask": "mask"}
+    return lower(torch.fx.symbolic_trace(model), examples, tokens_in, VOCAB, SEQUENCE)
+
+
+def rows(ids: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """What the token owner shares."""
+    return token_rows(ids, mask, VOCAB)

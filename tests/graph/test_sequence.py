@@ -1,0 +1,175 @@
+"""Transformers as graphs: lowering Hugging Face BERT and GPT-2, and running them under MPC.
+
+The fast tests check the lowering against the model in plaintext (`graph.plain`) and that
+what cannot be lowered is refused by name. The system tests run the graphs in 2- and 3-party
+sessions (real processes, the gRPC transport) and compare with the Hugging Face model: the
+largest logit error is bounded by ERRORS, with CrypTen's approximations and with a tuned plan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.fx
+from torch import nn
+
+from mpcml.api.tune import tune
+from mpcml.graph import hf
+from mpcml.graph.lower import lower
+from mpcml.graph.ops import GraphError
+from mpcml.graph.plain import evaluate
+from mpcml.graph.sequence_ops import token_rows
+from mpcml.graph.shapes import infer_shapes
+from tests.graph import sequence_models as sm
+from tests.support.parties import run_session
+
+ERRORS = {"bert": 0.1, "gpt2": 0.3, "ops": 0.05}
+"""The largest logit error against plaintext PyTorch allowed, per model: CrypTen's fixed
+point and approximations over two layers (measured: see the closing note of issue 14)."""
+TUNED_ERRORS = {"bert": 1.5, "gpt2": 1.5}
+"""The same with a tuned plan, tuned for accuracy within 0.02 (not for the logits): cheaper
+approximations, a larger error (measured 0.87 and 0.68 on logits up to about 5), the same
+predictions."""
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_a_transformer_lowers_to_a_graph_that_computes_the_model(name: str) -> None:
+    model = sm.transformer(name)
+    graph = hf.trace(model)
+    ops = {n.op for n in graph.nodes}
+    assert {"Tokens", "Embedding", "LayerNorm", "MatMul", "Softmax", "GELU"} <= ops
+    assert ("Conv1D" in ops) == (name == "gpt2")
+    ids, mask = sm.tokens(padded=name == "bert")
+    out = evaluate(graph, model.model.state_dict(), torch.from_numpy(sm.rows(ids, mask)))
+    expected = sm.plaintext(model, ids, mask)
+    assert (out - expected).abs().max() < 1e-4  # float32 sums in another order
+    assert infer_shapes(graph, (sm.SEQUENCE, sm.VOCAB + 1)) == tuple(expected.shape[1:])
+
+
+def test_weights_are_named_as_in_the_hugging_face_state_dict() -> None:
+    model = sm.transformer("bert")
+    state = model.model.state_dict()
+    for node in hf.trace(model).nodes:
+        for p in node.parameters:
+            assert list(state[f"{node.module}.{p.name}"].shape) == list(p.shape)
+
+
+def test_positions_and_masks_are_public_constants_and_token_ids_only_feed_the_embedding() -> None:
+    graph = hf.trace(sm.transformer("gpt2"))
+    readers = [n for n in graph.nodes if "input_ids" in n.inputs]
+    assert [n.op for n in readers] == ["Embedding"]
+    constants = [n for n in graph.nodes if n.op == "Constant"]
+    assert constants and all(n.attrs["shape"].ints.values[0] == 1 for n in constants)
+    # minus infinity in the causal mask is clipped to what the fixed-point ring holds
+    assert min(min(n.attrs["values"].floats.values) for n in constants) == -16.0
+
+
+class Sorts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(sm.VOCAB, 4)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return torch.sort(self.embed(input_ids), dim=-1).values
+
+
+def test_an_op_with_no_secret_counterpart_is_refused_naming_it_and_where() -> None:
+    ids, _ = sm.tokens()
+    examples = [{"input_ids": torch.from_numpy(ids[:2])}, {"input_ids": torch.from_numpy(ids[:3])}]
+    with pytest.raises(GraphError, match=r"node 'sort' \(call_function sort.*not a supported op"):
+        lower(
+            torch.fx.symbolic_trace(Sorts()),
+            examples,
+            {"input_ids": "ids"},
+            sm.VOCAB,
+            sm.SEQUENCE,
+        )
+
+
+def test_unknown_classes_long_sequences_and_bad_tokens_are_refused() -> None:
+    with pytest.raises(GraphError, match="model class 'T5Model' is not supported; supported"):
+        hf.from_config("T5Model", {})
+    model = sm.transformer("bert")
+    with pytest.raises(GraphError, match=r"sequence length 64 is outside 1\.\.32"):
+        hf.trace(hf.SequenceModel(model.model, 64))
+    ids, mask = sm.tokens()
+    with pytest.raises(GraphError, match=r"token ids must be integers 0..39"):
+        token_rows(ids + sm.VOCAB, mask, sm.VOCAB)
+    with pytest.raises(GraphError, match="attention mask must be 0/1"):
+        token_rows(ids, mask * 2, sm.VOCAB)
+    graph = hf.trace(model)
+    with pytest.raises(GraphError, match=r"expects token rows of shape \[sequence, 41\]"):
+        infer_shapes(graph, (sm.SEQUENCE, 30))
+
+
+def test_the_op_model_lowers_exactly() -> None:
+    graph = sm.ops_graph()
+    assert {"Sub", "Mul", "Pow", "Mean", "Cat", "SiLU", "Narrow"} <= {n.op for n in graph.nodes}
+    ids, mask = sm.tokens()
+    out = evaluate(graph, sm.ops_model().state_dict(), torch.from_numpy(sm.rows(ids, mask)))
+    with torch.no_grad():
+        expected = sm.ops_model()(torch.from_numpy(ids), torch.from_numpy(mask))
+    assert (out - expected).abs().max() < 1e-4
+
+
+def _secure(
+    tmp_path: Path, parties: int, name: str, plan: bytes = b""
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    if name == "ops":
+        graph, state = sm.ops_graph(), sm.ops_model().state_dict()
+        ids, mask = sm.tokens()
+        with torch.no_grad():
+            expected = sm.ops_model()(torch.from_numpy(ids), torch.from_numpy(mask))
+    else:
+        model = sm.transformer(name)
+        graph, state = hf.trace(model), model.model.state_dict()
+        ids, mask = sm.tokens(padded=name == "bert")
+        expected = sm.plaintext(model, ids, mask)
+    files = {k: tmp_path / f"{k}" for k in ("graph", "weights", "tokens", "plan")}
+    files["graph"].write_bytes(graph.SerializeToString())
+    torch.save(state, files["weights"])
+    np.save(files["tokens"].with_suffix(".npy"), sm.rows(ids, mask))
+    files["plan"].write_bytes(plan)
+    results = run_session(
+        tmp_path,
+        parties,
+        "tests.graph.sequence_scenarios:secure_inference",
+        scenario_kwargs={
+            "graph": str(files["graph"]),
+            "weights": str(files["weights"]),
+            "tokens": str(files["tokens"].with_suffix(".npy")),
+            "plan": str(files["plan"]) if plan else "",
+        },
+    )
+    assert all(r.ok for r in results), [r.traceback for r in results]
+    return [r.value["out"] for r in results], expected
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("parties", [2, 3])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "ops"])
+def test_secure_inference_with_cryptens_approximations_is_within_its_bound(
+    tmp_path: Path, name: str, parties: int
+) -> None:
+    outs, expected = _secure(tmp_path, parties, name)
+    for out in outs:
+        assert out.shape == expected.shape
+        error = float((out - expected).abs().max())
+        assert error < ERRORS[name], f"{name}, {parties} parties: max logit error {error:.4f}"
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_secure_inference_with_a_tuned_plan_is_within_its_bound(tmp_path: Path, name: str) -> None:
+    model = sm.transformer(name)
+    ids, mask = sm.tokens(seed=1, rows=16)  # padded rows too: masked scores reach the softmax
+    tuned = tune(model, torch.from_numpy(sm.rows(ids, mask)), budget=0.02, batch=sm.ROWS)
+    assert tuned.seconds < tuned.crypten_seconds
+    outs, expected = _secure(tmp_path, 3, name, tuned.plan.SerializeToString())
+    for out in outs:
+        error = float((out - expected).abs().max())
+        assert error < TUNED_ERRORS[name], f"{name} tuned: max logit error {error:.4f}"
+        assert (out.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.95
