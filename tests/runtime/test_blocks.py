@@ -11,6 +11,7 @@ its tensors on the CPU, to show where its fixed split goes wrong. Every test als
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -259,8 +260,12 @@ def test_conv_transpose_is_exact(device: str, channels: int, groups: int) -> Non
 
 
 @contextmanager
-def crypten_on_cpu() -> Iterator[Any]:
-    """CrypTen's `CUDALongTensor` class, its results kept on the CPU (float64 as on a GPU)."""
+def crypten_on_cpu() -> Iterator[tuple[Any, Any]]:
+    """CrypTen's `CUDALongTensor` class, and a subclass whose tensors stay on the CPU.
+
+    While the block runs, the subclass stands in for the class in CrypTen's module, where
+    CrypTen's code (and mpcml's shim) look it up: its float64 products then run on the CPU.
+    """
     from crypten.cuda import cuda_tensor
 
     stock = cuda_tensor.CUDALongTensor
@@ -271,13 +276,14 @@ def crypten_on_cpu() -> Iterator[Any]:
 
     cuda_tensor.CUDALongTensor = CpuLongTensor
     try:
-        yield stock
+        yield stock, CpuLongTensor
     finally:
         cuda_tensor.CUDALongTensor = stock
 
 
 def crypten_conv2d(x: torch.Tensor, w: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-    with crypten_on_cpu() as stock:
+    """CrypTen's own conv2d on CUDA shares (its private `__patched_conv_ops`), on the CPU."""
+    with crypten_on_cpu() as (stock, _):
         out = stock._CUDALongTensor__patched_conv_ops("conv2d", x, w, **kwargs)
         return out.tensor()  # type: ignore[no-any-return]
 
@@ -314,3 +320,26 @@ def test_crypten_refuses_groups_ours_computes_them() -> None:
     with pytest.raises(AssertionError, match="group"):
         crypten_conv2d(x, w, groups=4)
     assert torch.equal(blocks.conv2d(x, w, groups=4), ref_conv(x, w, groups=4))
+
+
+def test_cuda_shares_dispatch_to_the_blocks() -> None:
+    # What CrypTen's arithmetic calls on CUDA shares (`getattr(torch, op)(share, other, ...)`)
+    # reaches mpcml's blocks through the table compat.apply() patched: exact where CrypTen's
+    # split is wrong (3x3 over 256 channels), with groups, transposed, and for matmul.
+    from mpcml.runtime import compat
+
+    compat.apply()
+    x, w = ring(1, 256, 4, 4), ring(4, 128, 3, 3, seed=1)
+    a, b = ring(3, 600), ring(600, 2, seed=2)
+    wt = ring(256, 2, 3, 3, seed=3)
+    with crypten_on_cpu() as (_, cpu_long), warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's warning on a plain-method __torch_function__
+        conv: Any = torch.conv2d(
+            cpu_long(x), cpu_long(w), stride=1, padding=1, dilation=1, groups=2
+        )
+        prod: Any = torch.matmul(cpu_long(a), b)
+        up: Any = torch.conv_transpose2d(cpu_long(x), cpu_long(wt), stride=2, groups=2)
+        assert all(isinstance(t, cpu_long) for t in (conv, prod, up))
+    assert torch.equal(conv.tensor(), ref_conv(x, w, padding=1, groups=2))
+    assert torch.equal(prod.tensor(), a @ b)
+    assert torch.equal(up.tensor(), ref_conv_transpose(x, wt, stride=2, groups=2))
