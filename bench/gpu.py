@@ -36,13 +36,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from bench.transport import Group  # noqa: E402
+from bench.transport import BenchError, Group  # noqa: E402
 from mpcml.transport.address import free_ports  # noqa: E402
 from tests.support.parties import dealer_process, make_pki  # noqa: E402
 
 PARTIES = 3
 MIB = 1 << 20
-TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ def alexnet() -> nn.Module:
         nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
         nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
         nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(256, 4096), nn.ReLU(),
+        nn.Flatten(), nn.Linear(1024, 4096), nn.ReLU(),
         nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10),
     )  # fmt: skip
 
@@ -205,18 +204,25 @@ def _step(work: Workload, model: Any, x: Any, y: Any) -> None:
 # -- the driver --------------------------------------------------------------------------------
 
 
-def run_rows(
-    tmp: Path, device: str, workloads: list[Workload], args: argparse.Namespace
-) -> list[dict[str, Any]]:
-    """Every workload on 3 party processes on `device` ("cpu" or "cuda"); one session."""
-    names = [f"party{i}" for i in range(PARTIES)]
-    pki = make_pki(tmp / f"pki-{device}", names)
+def run_row(
+    tmp: Path,
+    pki: dict[str, dict[str, str]],
+    device: str,
+    work: Workload,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One workload on 3 party processes on `device` ("cpu" or "cuda"), in a session of its own.
+
+    Raises BenchError (with the failing party's log) on a failure or after `--row-timeout`.
+    """
+    names = list(pki)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     threads = args.threads or (1 if device == "cpu" else 4)
+    label = f"{work.model}-{work.task}-{device}"
 
     def start(dealer: str | None) -> list[Any]:
         peers = [f"127.0.0.1:{p}" for p in free_ports(PARTIES)]
-        with Group(tmp, f"gpu-bench-{device}") as group:
+        with Group(tmp, f"gpu-bench-{label}") as group:
             for rank in range(PARTIES):
                 group.start(
                     {
@@ -226,34 +232,31 @@ def run_rows(
                         "peers": peers,
                         "peer_names": names,
                         "tls": pki[names[rank]],
-                        "session_id": f"bench-gpu-{device}",
+                        "session_id": f"bench-gpu-{label}",
                         "device": f"cuda:{rank % gpus}" if gpus else "cpu",
                         "dealer": dealer,
                         "threads": threads,
-                        "workloads": [asdict(w) for w in workloads],
+                        "workloads": [asdict(work)],
                         "reps": args.reps,
                         "warmup": args.warmup,
                     }
                 )
-            return group.wait(TIMEOUT_S)
+            return group.wait(args.row_timeout)
 
     if args.provider == "dealer":
-        with dealer_process(tmp, tmp / f"pki-{device}", log_level="warning") as address:
+        dealer_dir = tmp / f"dealer-{label}"
+        dealer_dir.mkdir()
+        with dealer_process(dealer_dir, tmp / "pki", log_level="warning") as address:
             parties = start(address)
     else:
         parties = start(None)
-    rows = []
-    for i in range(len(workloads)):
-        per_party = [p["rows"][i] for p in parties]
-        reps = zip(*(r["times"] for r in per_party), strict=True)
-        rows.append(
-            {
-                "seconds": statistics.median(max(rep) for rep in reps),
-                "mib": [statistics.median(r["bytes"]) / MIB for r in per_party],
-                "peak_mib": [r["peak"] / MIB for r in per_party],
-            }
-        )
-    return rows
+    per_party = [p["rows"][0] for p in parties]
+    reps = zip(*(r["times"] for r in per_party), strict=True)
+    return {
+        "seconds": statistics.median(max(rep) for rep in reps),
+        "mib": [statistics.median(r["bytes"]) / MIB for r in per_party],
+        "peak_mib": [r["peak"] / MIB for r in per_party],
+    }
 
 
 def micro_rows(device: str) -> list[list[str]]:
@@ -328,28 +331,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed repetitions first")
     parser.add_argument("--big-on-cpu", action="store_true", help="AlexNet and VGG16 on CPU too")
     parser.add_argument("--no-cpu", action="store_true", help="GPU rows only")
+    parser.add_argument("--no-micro", action="store_true", help="no block micro-table")
     parser.add_argument("--models", default="LeNet,AlexNet,VGG16", help="comma-separated")
     parser.add_argument("--provider", choices=["dealer", "tfp"], default="dealer")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per party")
+    parser.add_argument("--row-timeout", type=float, default=900.0, help="seconds per row")
     args = parser.parse_args(argv)
-    chosen = [w for w in WORKLOADS if w.model in args.models.split(",")]
+    # The cheap rows first: a run cut short still has them (each is also logged as it ends).
+    chosen = sorted(
+        (w for w in WORKLOADS if w.model in args.models.split(",")),
+        key=lambda w: (w.task == "training", w.big),
+    )
     cuda = torch.cuda.is_available()
     began = time.monotonic()
-    rows: list[list[str]] = []
-    with tempfile.TemporaryDirectory(prefix="mpcml-bench-gpu-") as tmp:
-        if cuda:
-            gpu_rows = run_rows(Path(tmp), "cuda", chosen, args)
-            rows += [_cells(w, "cuda", r) for w, r in zip(chosen, gpu_rows, strict=True)]
-        else:
-            why = f"not run: no CUDA device (torch {torch.__version__})"
-            rows += [_cells(w, "cuda", why) for w in chosen]
-        if not args.no_cpu:
-            on_cpu = [w for w in chosen if args.big_on_cpu or not w.big]
-            cpu_rows = run_rows(Path(tmp), "cpu", on_cpu, args) if on_cpu else []
-            rows += [_cells(w, "cpu", r) for w, r in zip(on_cpu, cpu_rows, strict=True)]
-            rows += [_cells(w, "cpu", "skipped (--big-on-cpu)") for w in chosen if w not in on_cpu]
     gpus = torch.cuda.device_count() if cuda else 0
     where = f"{gpus} GPU(s), {torch.cuda.get_device_name(0)}" if cuda else "no GPU on this machine"
+    micro_device = "cuda" if cuda else "cpu"
+    if not args.no_micro:
+        print(f"block products (runtime/blocks.py) on {micro_device}, int64 reference on cpu:")
+        micro = micro_rows(micro_device)
+        print(
+            _table(["shape", "plan", f"blocks {micro_device} ms", "int64 cpu ms", "exact"], micro)
+        )
+        print(flush=True)
+    plan: list[tuple[Workload, str, str | None]] = []
+    for w in chosen:
+        why = None if cuda else f"not run: no CUDA device (torch {torch.__version__})"
+        plan.append((w, "cuda", why))
+    if not args.no_cpu:
+        for w in chosen:
+            plan.append(
+                (w, "cpu", None if args.big_on_cpu or not w.big else "skipped (--big-on-cpu)")
+            )
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory(prefix="mpcml-bench-gpu-") as tmp:
+        pki = make_pki(Path(tmp) / "pki", [f"party{i}" for i in range(PARTIES)])
+        for work, device, why in plan:
+            result: dict[str, Any] | str
+            if why is not None:
+                result = why
+            else:
+                try:
+                    result = run_row(Path(tmp), pki, device, work, args)
+                except BenchError as exc:
+                    print(exc, file=sys.stderr)
+                    result = f"FAILED: {str(exc).splitlines()[0][:60]}"
+            rows.append(_cells(work, device, result))
+            print("  ".join(rows[-1][:7]), file=sys.stderr, flush=True)
     header = ["model", "task", "batch", "device", "seconds", "MiB sent per party",
               "peak GPU MiB per party", "CryptGPU s", "Piranha s"]  # fmt: skip
     print(f"3 parties on one machine ({where}), provider {args.provider}, mTLS over loopback;")
@@ -357,10 +385,6 @@ def main(argv: list[str] | None = None) -> int:
     print("over a LAN). seconds: slowest party, median of", args.reps, "after", args.warmup)
     print("warm-up; MiB sent: CrypTen's count plus the dealer's, per party (rank 0/1/2).\n")
     print(_table(header, rows))
-    micro_device = "cuda" if cuda else "cpu"
-    print(f"\nblock products (runtime/blocks.py) on {micro_device} against torch int64 on cpu, ms:")
-    micro = micro_rows(micro_device)
-    print(_table(["shape", "plan", f"blocks {micro_device} ms", "int64 cpu ms", "exact"], micro))
     print(f"\n{time.monotonic() - began:.0f} s in all")
     return 0
 
