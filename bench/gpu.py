@@ -260,31 +260,49 @@ def run_row(
 
 
 def micro_rows(device: str) -> list[list[str]]:
-    """Block products (float64) against torch's int64 on CPU, per shape: milliseconds."""
+    """Block products (float64) against torch's int64 on CPU, per shape: milliseconds.
+
+    Convolutions in both layouts of runtime/blocks.py: one grouped convolution over the block
+    pairs, and one dense convolution over all blocks x all blocks; each checked exact.
+    """
     from mpcml.runtime import blocks
 
     def ring(*shape: int) -> torch.Tensor:
         return torch.randint(-(2**63), 2**63 - 1, shape)
 
-    cases: list[tuple[str, Callable[[], Any], Callable[[], Any], str]] = []
-    a, b = ring(256, 256), ring(256, 256)
-    cases.append(("matmul 256x256x256", lambda: blocks.matmul(a, b, device=device),
-                  lambda: a @ b, str(blocks.plan(256))))  # fmt: skip
-    c, d = ring(64, 4096), ring(4096, 64)
-    cases.append(("matmul 64x4096x64", lambda: blocks.matmul(c, d, device=device),
-                  lambda: c @ d, str(blocks.plan(4096))))  # fmt: skip
+    Case = tuple[str, str, Callable[[], Any], Callable[[], Any] | None, Callable[[], Any]]
+    cases: list[Case] = []
+    for m, n, p in [(256, 256, 256), (64, 4096, 64)]:
+        a, b = ring(m, n), ring(n, p)
+        mm = functools.partial(blocks.matmul, a, b, device=device)
+        product = functools.partial(torch.matmul, a, b)
+        cases.append((f"matmul {m}x{n}x{p}", str(blocks.plan(n)), mm, None, product))
     for channels, groups, size in [(64, 1, 16), (256, 1, 8), (512, 1, 4), (256, 256, 16)]:
         x = ring(8, channels, size, size)
         w = ring(channels, channels // groups, 3, 3)
         label = f"conv3x3 {channels}ch {size}x{size} b8" + (" depthwise" if groups > 1 else "")
-        mine = functools.partial(blocks.conv2d, x, w, padding=1, groups=groups, device=device)
-        theirs = functools.partial(torch.conv2d, x, w, padding=1, groups=groups)
-        cases.append((label, mine, theirs, str(blocks.plan(channels // groups * 9, 9))))
+        kw: dict[str, Any] = {"padding": 1, "groups": groups, "device": device}
+        pairs = functools.partial(blocks.conv2d, x, w, **kw)
+        dense = functools.partial(blocks.conv2d, x, w, dense=True, **kw)
+        int64 = functools.partial(torch.conv2d, x, w, padding=1, groups=groups)
+        plan = str(blocks.plan(channels // groups * 9, 9))
+        cases.append((label, plan, pairs, dense, int64))
     rows = []
-    for label, ours, reference, plan in cases:
-        exact = torch.equal(ours().cpu(), reference())
+    for label, plan, ours, other, reference in cases:
+        expected = reference()
+        exact = torch.equal(ours().cpu(), expected)
+        if other is not None:
+            exact = exact and torch.equal(other().cpu(), expected)
+        dense_ms = _ms(other, device) if other is not None else "-"
         rows.append(
-            [label, plan, _ms(ours, device), _ms(reference, "cpu"), "yes" if exact else "NO"]
+            [
+                label,
+                plan,
+                _ms(ours, device),
+                dense_ms,
+                _ms(reference, "cpu"),
+                "yes" if exact else "NO",
+            ]
         )
     return rows
 
@@ -378,12 +396,14 @@ def main(argv: list[str] | None = None) -> int:
                     result = f"FAILED: {str(exc).splitlines()[0][:60]}"
             rows.append(_cells(work, device, result))
             print("  ".join(rows[-1][:7]), file=sys.stderr, flush=True)
-    header = ["model", "task", "batch", "device", "seconds", "MiB sent per party",
+    header = ["model", "task", "batch", "device", "seconds", "MiB per party",
               "peak GPU MiB per party", "CryptGPU s", "Piranha s"]  # fmt: skip
     print(f"3 parties on one machine ({where}), provider {args.provider}, mTLS over loopback;")
     print("all parties on one GPU: no network cost (the published figures: one GPU per party,")
     print("over a LAN). seconds: slowest party, median of", args.reps, "after", args.warmup)
-    print("warm-up; MiB sent: CrypTen's count plus the dealer's, per party (rank 0/1/2).\n")
+    print(
+        "warm-up; MiB: CrypTen's count of its traffic plus the dealer's, per party (rank 0/1/2).\n"
+    )
     print(_table(header, rows))
     print(f"\n{time.monotonic() - began:.0f} s in all")
     return 0

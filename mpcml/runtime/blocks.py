@@ -14,8 +14,11 @@ dimension is cut into chunks that do, and the chunks' results are summed in int6
 dimension 256 or more, or a kernel of 256 elements or more), which is wrong for a 3x3
 convolution over 256 channels (CrypTen issue #307), and it refuses groups != 1 (issue #386).
 
-On CPU tensors the same code is the emulation of the GPU path; with `device="cuda:N"` the
-float64 products run there.
+All pairs go into one float64 call: a batched matmul, or a convolution with a group per pair
+(`dense=True`: one convolution over all blocks x all blocks, which copies nothing but computes
+the pairs of no weight too; which is faster on cuDNN is for bench/gpu.py to show). On CPU
+tensors the same code is the emulation of the GPU path; with `device="cuda:N"` the float64
+products run there.
 """
 
 from __future__ import annotations
@@ -174,6 +177,7 @@ def _conv(
     groups: int,
     device: Device,
     max_blocks: int,
+    dense: bool,
     kwargs: dict[str, Any],
 ) -> torch.Tensor:
     x, weight = _on(x, device), _on(weight, device)
@@ -195,7 +199,8 @@ def _conv(
             wc = weight.reshape(groups, per_group, *weight.shape[1:])[:, start:stop].flatten(0, 1)
         else:  # weight: (out_channels, in_channels / groups, *kernel)
             wc = weight[:, start:stop]
-        part = _conv_chunk(op, xc, wc, groups, p, kwargs)
+        chunk = _conv_dense if dense else _conv_chunk
+        part = chunk(op, transpose, xc, wc, groups, p, kwargs)
         total = part if total is None else total + part
     assert total is not None
     if bias is not None:
@@ -205,6 +210,7 @@ def _conv(
 
 def _conv_chunk(
     op: ConvOp,
+    transpose: bool,
     x: torch.Tensor,
     weight: torch.Tensor,
     groups: int,
@@ -224,6 +230,43 @@ def _conv_chunk(
     return _recombine(z, p)
 
 
+def _conv_dense(
+    op: ConvOp,
+    transpose: bool,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    groups: int,
+    p: Plan,
+    kwargs: dict[str, Any],
+) -> torch.Tensor:
+    """The other layout: all blocks x all blocks in one convolution with the caller's groups.
+
+    The input's blocks are stacked on the batch, the weight's on the output channels (inside
+    each group), so no pair copies the input, at the price of computing the pairs that carry no
+    weight below 2^64 too (16 products instead of 10 for 4 blocks).
+    """
+    nb = p.blocks
+    batch = x.shape[0]
+    xs = split(x, p).flatten(0, 1)
+    wb = split(weight, p)
+    if transpose:  # (nb, in, out/g, *k) -> (in, nb * out/g, *k): block j's outputs after j-1's
+        ws = wb.permute(1, 0, *range(2, wb.dim())).reshape(
+            weight.shape[0], nb * weight.shape[1], *weight.shape[2:]
+        )
+    else:  # (nb, out, in/g, *k) -> (g * nb * out/g, in/g, *k), the nb copies inside each group
+        ws = (
+            wb.reshape(nb, groups, weight.shape[0] // groups, *weight.shape[1:])
+            .transpose(0, 1)
+            .reshape(nb * weight.shape[0], *weight.shape[1:])
+        )
+    z = op(xs, ws, None, groups=groups, **kwargs)
+    per_group = z.shape[1] // (groups * nb)
+    z = z.reshape(nb, batch, groups, nb, per_group, *z.shape[2:])
+    left, right = _indices(p, x.device)
+    pairs = z[left, :, :, right]  # (pairs, batch, groups, out/g, ...)
+    return _recombine(pairs.reshape(len(left), batch, groups * per_group, *z.shape[5:]), p)
+
+
 def conv1d(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -235,10 +278,11 @@ def conv1d(
     *,
     device: Device = None,
     max_blocks: int = MAX_BLOCKS,
+    dense: bool = False,
 ) -> torch.Tensor:
     """`torch.conv1d` on int64 tensors, mod 2^64."""
     kwargs = {"stride": stride, "padding": padding, "dilation": dilation}
-    return _conv(F.conv1d, False, x, weight, bias, groups, device, max_blocks, kwargs)
+    return _conv(F.conv1d, False, x, weight, bias, groups, device, max_blocks, dense, kwargs)
 
 
 def conv2d(
@@ -252,10 +296,11 @@ def conv2d(
     *,
     device: Device = None,
     max_blocks: int = MAX_BLOCKS,
+    dense: bool = False,
 ) -> torch.Tensor:
     """`torch.conv2d` on int64 tensors, mod 2^64."""
     kwargs = {"stride": stride, "padding": padding, "dilation": dilation}
-    return _conv(F.conv2d, False, x, weight, bias, groups, device, max_blocks, kwargs)
+    return _conv(F.conv2d, False, x, weight, bias, groups, device, max_blocks, dense, kwargs)
 
 
 def conv_transpose1d(
@@ -270,6 +315,7 @@ def conv_transpose1d(
     *,
     device: Device = None,
     max_blocks: int = MAX_BLOCKS,
+    dense: bool = False,
 ) -> torch.Tensor:
     """`torch.conv_transpose1d` on int64 tensors, mod 2^64."""
     kwargs = {
@@ -278,7 +324,9 @@ def conv_transpose1d(
         "output_padding": output_padding,
         "dilation": dilation,
     }
-    return _conv(F.conv_transpose1d, True, x, weight, bias, groups, device, max_blocks, kwargs)
+    return _conv(
+        F.conv_transpose1d, True, x, weight, bias, groups, device, max_blocks, dense, kwargs
+    )
 
 
 def conv_transpose2d(
@@ -293,6 +341,7 @@ def conv_transpose2d(
     *,
     device: Device = None,
     max_blocks: int = MAX_BLOCKS,
+    dense: bool = False,
 ) -> torch.Tensor:
     """`torch.conv_transpose2d` on int64 tensors, mod 2^64."""
     kwargs = {
@@ -301,4 +350,6 @@ def conv_transpose2d(
         "output_padding": output_padding,
         "dilation": dilation,
     }
-    return _conv(F.conv_transpose2d, True, x, weight, bias, groups, device, max_blocks, kwargs)
+    return _conv(
+        F.conv_transpose2d, True, x, weight, bias, groups, device, max_blocks, dense, kwargs
+    )

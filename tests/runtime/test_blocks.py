@@ -209,50 +209,61 @@ def _conv_case(channels: int, kernel: int, groups: str) -> tuple[torch.Tensor, t
     return x, w, g
 
 
+LAYOUTS = [pytest.param(False, id="pairs"), pytest.param(True, id="dense")]
+
+
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dense", LAYOUTS)
 @pytest.mark.parametrize("groups", GROUPS)
 @pytest.mark.parametrize("kernel", [1, 3, 7])
 @pytest.mark.parametrize("channels", [128, 256, 512, 1024])
-def test_conv2d_is_exact(device: str, channels: int, kernel: int, groups: str) -> None:
+def test_conv2d_is_exact(device: str, channels: int, kernel: int, groups: str, dense: bool) -> None:
     x, w, g = _conv_case(channels, kernel, groups)
-    got = blocks.conv2d(x, w, padding=kernel // 2, groups=g, device=device)
+    got = blocks.conv2d(x, w, padding=kernel // 2, groups=g, device=device, dense=dense)
     assert got.device.type == device
     assert torch.equal(got.cpu(), ref_conv(x, w, padding=kernel // 2, groups=g))
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dense", LAYOUTS)
 @pytest.mark.parametrize("channels", [256, 1024])
-def test_conv2d_chunks_the_channels_past_max_blocks(device: str, channels: int) -> None:
+def test_conv2d_chunks_the_channels_past_max_blocks(
+    device: str, channels: int, dense: bool
+) -> None:
     x, w, g = _conv_case(channels, 3, "2")
-    got = blocks.conv2d(x, w, padding=1, groups=g, device=device, max_blocks=3)
+    got = blocks.conv2d(x, w, padding=1, groups=g, device=device, max_blocks=3, dense=dense)
     assert torch.equal(got.cpu(), ref_conv(x, w, padding=1, groups=g))
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_conv_stride_padding_dilation_and_1d(device: str) -> None:
+@pytest.mark.parametrize("dense", LAYOUTS)
+def test_conv_stride_padding_dilation_and_1d(device: str, dense: bool) -> None:
     x, w = ring(2, 6, 13, 11), ring(4, 3, 3, 5, seed=1)
     kw: dict[str, Any] = {"stride": (2, 1), "padding": (2, 3), "dilation": (1, 2), "groups": 2}
-    assert torch.equal(blocks.conv2d(x, w, device=device, **kw).cpu(), ref_conv(x, w, **kw))
+    got = blocks.conv2d(x, w, device=device, dense=dense, **kw).cpu()
+    assert torch.equal(got, ref_conv(x, w, **kw))
     x1, w1 = ring(2, 600, 9), ring(3, 600, 3, seed=1)
     kw1: dict[str, Any] = {"stride": 2, "padding": 1, "dilation": 2}
-    assert torch.equal(blocks.conv1d(x1, w1, device=device, **kw1).cpu(), ref_conv(x1, w1, **kw1))
+    got1 = blocks.conv1d(x1, w1, device=device, dense=dense, **kw1).cpu()
+    assert torch.equal(got1, ref_conv(x1, w1, **kw1))
     # Unbatched input, and a bias added in the ring.
     bias = ring(4, seed=3)
-    got = blocks.conv2d(x[0], w, bias, device=device, **kw).cpu()
+    got = blocks.conv2d(x[0], w, bias, device=device, dense=dense, **kw).cpu()
     assert torch.equal(got, ref_conv(x[:1], w, **kw)[0] + bias.view(-1, 1, 1))
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dense", LAYOUTS)
 @pytest.mark.parametrize("groups", [1, 4])
 @pytest.mark.parametrize("channels", [16, 512])
-def test_conv_transpose_is_exact(device: str, channels: int, groups: int) -> None:
+def test_conv_transpose_is_exact(device: str, channels: int, groups: int, dense: bool) -> None:
     x, w = ring(2, channels, 5, 4), ring(channels, 3, 3, 3, seed=1)
     kw: dict[str, Any] = {"stride": 2, "padding": 1, "output_padding": 1, "groups": groups}
-    got = blocks.conv_transpose2d(x, w, device=device, **kw).cpu()
+    got = blocks.conv_transpose2d(x, w, device=device, dense=dense, **kw).cpu()
     assert torch.equal(got, ref_conv_transpose(x, w, **kw))
     x1, w1 = ring(1, channels, 7), ring(channels, 2, 5, seed=1)
     kw1: dict[str, Any] = {"stride": 3, "padding": 2, "groups": groups, "dilation": 2}
-    got1 = blocks.conv_transpose1d(x1, w1, device=device, **kw1).cpu()
+    got1 = blocks.conv_transpose1d(x1, w1, device=device, dense=dense, **kw1).cpu()
     assert torch.equal(got1, ref_conv_transpose(x1, w1, **kw1))
 
 
