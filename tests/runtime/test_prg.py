@@ -56,6 +56,11 @@ def test_cuda_gives_the_same_stream_as_cpu() -> None:
     cpu, gpu = ChaChaStream(key), ChaChaStream(key)
     for shape in [(1,), (1000, 7), (1 << 18,)]:
         assert torch.equal(cpu.ring(shape), gpu.ring(shape, device="cuda").cpu())
+    # Odd byte counts, single bits, and an explicit device index draw the same too.
+    for nbytes in [1, 63, 65, 4096 + 7]:
+        got = gpu.random_bytes(nbytes, device="cuda:0")
+        assert got.device.type == "cuda" and torch.equal(cpu.random_bytes(nbytes), got.cpu())
+    assert torch.equal(cpu.ring((999,), bitlength=1), gpu.ring((999,), 1, "cuda").cpu())
 
 
 def test_a_device_draw_runs_the_torch_kernel_there_with_the_cpu_streams_bytes() -> None:
