@@ -13,6 +13,7 @@ Roles:
 - `gloo-tput`: a launcher running both ends of that test on stock CrypTen over gloo.
 - `tcp-tput`: one end of the same test over a plain TCP socket.
 - `grpc-bare-tput`: one end of the same test over a bare gRPC stream, without mpcml.
+- `gpu-model`: one party of bench/gpu.py's CNN rows, on the device its spec names.
 """
 
 from __future__ import annotations
@@ -269,6 +270,12 @@ def tcp_tput(spec: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": out}
 
 
+def gpu_model(spec: dict[str, Any]) -> dict[str, Any]:
+    from bench import gpu
+
+    return gpu.party(spec)
+
+
 ROLES = {
     "grpc-mpc": grpc_mpc,
     "gloo-mpc": gloo_mpc,
@@ -276,6 +283,7 @@ ROLES = {
     "gloo-tput": gloo_tput,
     "tcp-tput": tcp_tput,
     "grpc-bare-tput": grpc_bare_tput,
+    "gpu-model": gpu_model,
 }
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from mpcml import config as cfg
 from mpcml import metrics
 from mpcml.party.policy import Policy
+from mpcml.runtime import devices
 from mpcml.transport.address import Address, parse
 from mpcml.transport.tls import TLSFiles
 
@@ -103,7 +104,7 @@ class PartyConfig:
             listen=str(data.get("listen", data_address)),
             coordinator=str(cfg.need(data, "coordinator", base)),
             coordinator_name=str(data.get("coordinator_name", "coordinator")),
-            device=str(data.get("device", "cpu")),
+            device=_device(str(data.get("device", "cpu")), name, base),
             tls=cfg.tls_files(data, base),
             state_dir=cfg.resolve(base, str(data.get("state_dir", "state"))),
             results_dir=cfg.resolve(base, str(data.get("results_dir", "results"))),
@@ -136,6 +137,14 @@ class PartyConfig:
     def job_results(self, job_id: str) -> Path:
         """Where this party writes the outputs revealed to it."""
         return self.results_dir / job_id
+
+
+def _device(device: str, party: str, base: Path) -> str:
+    """The syntax only: whether CUDA is there is for the job worker to find (runtime/devices)."""
+    try:
+        return devices.check(device, party)
+    except devices.DeviceError as exc:
+        raise cfg.ConfigError(f"{exc}, in the config in {base}") from None
 
 
 def _dataset(name: str, entry: Any, base: Path) -> DatasetEntry:

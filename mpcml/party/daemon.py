@@ -70,7 +70,8 @@ class PartyDaemon:
         )
 
     def run(self) -> None:
-        """Serve until `stopping` is set."""
+        """Serve until `stopping` is set; a device the machine lacks raises DeviceError first."""
+        self.pool.check_device()
         if self.config.tls is None:
             log.warning(
                 "party %s runs over PLAINTEXT gRPC (insecure): debugging only", self.config.name

@@ -34,6 +34,17 @@ WORKER_PRELOAD = ["mpcml.runtime.preload"]
 """What the worker fork server imports once, instead of every worker afresh (see there)."""
 
 
+def _probe_device(conn: Connection, device: str, party: str) -> None:
+    """In a worker-to-be: the DeviceError message for `device`, or "" when it is there."""
+    from mpcml.runtime import devices
+
+    try:
+        devices.resolve(device, party)
+        conn.send("")
+    except devices.DeviceError as exc:
+        conn.send(str(exc))
+
+
 def worker_context() -> ForkServerContext:
     """The fork-server context job workers start from, preloading `WORKER_PRELOAD`."""
     ctx = multiprocessing.get_context("forkserver")
@@ -83,6 +94,39 @@ class WorkerPool:
 
     def __len__(self) -> int:
         return len(self._workers)
+
+    def check_device(self, timeout: float = 120.0) -> None:
+        """Refuse a device this machine lacks now, not at the first job.
+
+        Asked in a process forked from the workers' fork server, like a job worker: neither the
+        daemon nor the fork server initialise CUDA (workers forked from a process that did
+        could not use it). Nothing to ask for the CPU.
+        """
+        from mpcml.runtime import devices
+
+        if self.config.device == "cpu":
+            return
+        parent, child = self._ctx.Pipe()
+        probe = self._ctx.Process(
+            target=_probe_device,
+            args=(child, self.config.device, self.config.name),
+            name="mpcml-device-probe",
+        )
+        probe.start()
+        child.close()
+        try:
+            if not parent.poll(timeout):
+                raise devices.DeviceError(
+                    f"party {self.config.name!r}: checking device {self.config.device!r} "
+                    f"took over {timeout:g} s"
+                )
+            problem = parent.recv()
+        except EOFError:
+            problem = f"party {self.config.name!r}: the probe of device {self.config.device!r} died"
+        finally:
+            probe.join(timeout)
+        if problem:
+            raise devices.DeviceError(problem)
 
     def running(self) -> list[str]:
         """Jobs whose worker still works: one that reported its end no longer counts."""

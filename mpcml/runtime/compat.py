@@ -1,6 +1,7 @@
-"""Shims that let CrypTen 0.4.1 run on torch 2.11-2.14, unedited, and one for its speed.
+"""Shims that let CrypTen 0.4.1 run on torch 2.11-2.14, unedited, one for its speed, one for GPUs.
 
-The speed one is a cache in front of its config. Every patch CrypTen needs lives here, so
+The speed one is a cache in front of its config; the GPU one routes `CUDALongTensor`'s matmul
+and convolutions to `mpcml.runtime.blocks`. Every patch CrypTen needs lives here, so
 that a CrypTen upgrade means reading one file. Targets: crypten 0.4.1 (the last release, 2022-12).
 """
 
@@ -93,6 +94,7 @@ def apply() -> None:
 
     onnx_converter._export_pytorch_model = _export_pytorch_model
     _cache_config_reads()
+    _exact_cuda_arithmetic()
     _applied = True
 
 
@@ -181,3 +183,51 @@ def _cache_config_reads() -> None:
 
     _NOT_CONFIG = frozenset(dir(CrypTenConfig)) | {"config"}
     CrypTenConfig.__getattribute__ = __getattribute__
+
+
+CUDA_OPS = ("matmul", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d")
+"""The torch functions `CUDALongTensor` computes from float64 blocks (its dispatch table)."""
+
+
+def _exact_cuda_arithmetic() -> None:
+    """Compute CUDA shares' matmul and convolutions with `mpcml.runtime.blocks`.
+
+    CrypTen's `CUDALongTensor` (crypten/cuda/cuda_tensor.py) dispatches these through its
+    `HANDLED_FUNCTIONS` table to a fixed 3x22- or 4x16-bit split, which is wrong for wide
+    convolutions (3x3 over 256 channels) and refuses groups != 1, which conv2d's backward
+    needs. mpcml's split is chosen from the real bound and takes groups. Touches no CUDA state:
+    only the table changes.
+    """
+    import torch
+    from crypten.cuda import cuda_tensor
+
+    from mpcml.runtime import blocks
+
+    for name in CUDA_OPS:
+        cuda_tensor.HANDLED_FUNCTIONS[getattr(torch, name)] = _on_shares(getattr(blocks, name))
+    # CrypTen defines __torch_function__ as a plain method, which torch deprecates (a warning
+    # on every call, "an error in future"); its body never reads `self`.
+    stock = cuda_tensor.CUDALongTensor.__dict__["__torch_function__"]
+    if not isinstance(stock, classmethod):
+
+        def __torch_function__(
+            cls: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            return stock(None, func, types, args, kwargs)
+
+        cuda_tensor.CUDALongTensor.__torch_function__ = classmethod(__torch_function__)
+
+
+def _on_shares(op: Any) -> Any:
+    """`op` on CrypTen's `CUDALongTensor` arguments: unwrapped to int64, the result wrapped."""
+
+    def on_shares(*args: Any, **kwargs: Any) -> Any:
+        from crypten.cuda import cuda_tensor
+
+        plain = [a.tensor() if isinstance(a, cuda_tensor.CUDALongTensor) else a for a in args]
+        # Looked up at call time, like CrypTen's own functions do.
+        return cuda_tensor.CUDALongTensor(op(*plain, **kwargs))
+
+    on_shares.__name__ = on_shares.__qualname__ = f"exact_{op.__name__}"
+    on_shares.__doc__ = op.__doc__
+    return on_shares

@@ -22,7 +22,7 @@ compat.apply()
 import crypten  # noqa: E402  (after the shims)
 import crypten.communicator as crypten_comm  # noqa: E402
 
-from mpcml.runtime import prg  # noqa: E402
+from mpcml.runtime import devices, prg  # noqa: E402
 from mpcml.runtime.provider import (  # noqa: E402
     NAME as DEALER_PROVIDER,
 )
@@ -147,8 +147,13 @@ def session(
 
     `dealer` is where correlated randomness comes from (`mpcml dealer`); without one, CrypTen's
     TFP provider is used, which lets party 0 recover every other party's inputs.
+
+    `device` ("cpu", "cuda" or "cuda:N") must exist here, or `DeviceError` says so; on CUDA,
+    shares' matmuls and convolutions run as exact float64 block products (runtime/blocks.py).
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
+    # Before any connection: a party without its GPU fails alone, with the reason.
+    device = devices.resolve(device, names[rank])
     if tls is not None:
         # An expired certificate, or one of another CA, fails the peers' TLS handshake, which
         # cannot tell this party why; a wrong role the peers refuse with a message of their own.

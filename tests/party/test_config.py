@@ -25,3 +25,19 @@ def test_bad_torch_threads_name_the_key(monkeypatch: pytest.MonkeyPatch, value: 
     monkeypatch.setenv("MPCML_TORCH_THREADS", value)
     with pytest.raises(ConfigError, match=r"torch_threads.*>= 0"):
         PartyConfig.load(ALICE)
+
+
+@pytest.mark.parametrize("value", ["cpu", "cuda", "cuda:0", "cuda:3"])
+def test_devices_read_as_written(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    # Syntax only: whether the GPU exists is for the job worker to find, not the daemon.
+    monkeypatch.setenv("MPCML_DEVICE", value)
+    assert PartyConfig.load(ALICE).device == value
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:-1", "CUDA:0", "cuda:01", "cuda0"])
+def test_bad_devices_name_the_party_and_the_file(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("MPCML_DEVICE", value)
+    with pytest.raises(ConfigError, match=rf"party 'alice': device '{value}' is not .*alice"):
+        PartyConfig.load(ALICE)

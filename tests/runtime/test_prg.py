@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mpcml.runtime import prg
 from mpcml.runtime.prg import ChaChaStream, keystream_openssl, keystream_torch
 from tests.support.parties import run_session
 
@@ -55,6 +56,24 @@ def test_cuda_gives_the_same_stream_as_cpu() -> None:
     cpu, gpu = ChaChaStream(key), ChaChaStream(key)
     for shape in [(1,), (1000, 7), (1 << 18,)]:
         assert torch.equal(cpu.ring(shape), gpu.ring(shape, device="cuda").cpu())
+    # Odd byte counts, single bits, and an explicit device index draw the same too.
+    for nbytes in [1, 63, 65, 4096 + 7]:
+        got = gpu.random_bytes(nbytes, device="cuda:0")
+        assert got.device.type == "cuda" and torch.equal(cpu.random_bytes(nbytes), got.cpu())
+    assert torch.equal(cpu.ring((999,), bitlength=1), gpu.ring((999,), 1, "cuda").cpu())
+
+
+def test_a_device_draw_runs_the_torch_kernel_there_with_the_cpu_streams_bytes() -> None:
+    # What a CUDA device computes is keystream_torch on that device, on the draw's nonce: on
+    # the CPU the same kernel gives the CPU stream's bytes, and "meta" shows the device is used.
+    key = os.urandom(32)
+    stream = ChaChaStream(key)
+    for draw, nbytes in enumerate([8, 1000, 4096 + 5]):
+        expected = stream.random_bytes(nbytes)
+        assert torch.equal(keystream_torch(key, prg._nonce(draw), nbytes, device="cpu"), expected)
+    meta = ChaChaStream(key).random_bytes(100, device="meta")
+    assert meta.device.type == "meta" and meta.shape == (100,) and meta.dtype == torch.uint8
+    assert ChaChaStream(key).ring((3, 4), device="meta").device.type == "meta"
 
 
 @pytest.mark.system
