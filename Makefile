@@ -48,6 +48,7 @@ bench: install
 	$(PY) bench/prg.py
 	$(PY) bench/load.py
 	$(PY) bench/train.py
+	$(PY) bench/transformers.py
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
 # and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).

@@ -1,7 +1,7 @@
 """Secure inference and training of CNNs on GPU and CPU, beside CryptGPU's and Piranha's figures.
 
 Not part of `make bench` (its CPU rows alone take minutes). Three parties in `mpcml.session` on
-one machine, each its own process (bench/transport.py's `Group`, bench/party.py's `gpu-model`
+one machine, each its own process (bench/sessions.py's `run_parties`, bench/party.py's `gpu-model`
 role), over gRPC with mutual TLS, on mpcml's dealer unless `--provider tfp`:
 
 - LeNet (MNIST shape, 1x28x28): inference at batch 1, one training iteration at batch 128;
@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from bench.transport import BenchError, Group  # noqa: E402
-from mpcml.transport.address import free_ports  # noqa: E402
-from tests.support.parties import dealer_process, make_pki  # noqa: E402
+from bench.sessions import open_session, run_parties  # noqa: E402
+from bench.transport import BenchError  # noqa: E402
+from tests.support.parties import make_pki  # noqa: E402
 
 PARTIES = 3
 MIB = 1 << 20
@@ -121,22 +121,8 @@ def party(spec: dict[str, Any]) -> dict[str, Any]:
     import crypten
     import crypten.communicator as comm
 
-    import mpcml
-    from mpcml.runtime.provider import DealerEndpoint
-
-    torch.set_num_threads(spec["threads"])
-    tls = mpcml.TLSFiles(**spec["tls"])
     rows = []
-    with mpcml.session(
-        rank=spec["rank"],
-        world_size=spec["world_size"],
-        peers=spec["peers"],
-        peer_names=spec["peer_names"],
-        tls=tls,
-        session_id=spec["session_id"],
-        device=spec["device"],
-        dealer=DealerEndpoint(spec["dealer"]) if spec["dealer"] else None,
-    ) as session:
+    with open_session(spec) as session:
         crypten.cfg.communicator.verbose = True  # count bytes
         device = torch.device(spec["device"])
         for item in spec["workloads"]:
@@ -215,41 +201,25 @@ def run_row(
 
     Raises BenchError (with the failing party's log) on a failure or after `--row-timeout`.
     """
-    names = list(pki)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     threads = args.threads or (1 if device == "cpu" else 4)
     label = f"{work.model}-{work.task}-{device}"
 
-    def start(dealer: str | None) -> list[Any]:
-        peers = [f"127.0.0.1:{p}" for p in free_ports(PARTIES)]
-        with Group(tmp, f"gpu-bench-{label}") as group:
-            for rank in range(PARTIES):
-                group.start(
-                    {
-                        "role": "gpu-model",
-                        "rank": rank,
-                        "world_size": PARTIES,
-                        "peers": peers,
-                        "peer_names": names,
-                        "tls": pki[names[rank]],
-                        "session_id": f"bench-gpu-{label}",
-                        "device": f"cuda:{rank % gpus}" if gpus else "cpu",
-                        "dealer": dealer,
-                        "threads": threads,
-                        "workloads": [asdict(work)],
-                        "reps": args.reps,
-                        "warmup": args.warmup,
-                    }
-                )
-            return group.wait(args.row_timeout)
-
-    if args.provider == "dealer":
-        dealer_dir = tmp / f"dealer-{label}"
-        dealer_dir.mkdir()
-        with dealer_process(dealer_dir, tmp / "pki", log_level="warning") as address:
-            parties = start(address)
-    else:
-        parties = start(None)
+    parties = run_parties(
+        tmp,
+        pki,
+        f"gpu-bench-{label}",
+        lambda rank: {
+            "role": "gpu-model",
+            "workloads": [asdict(work)],
+            "reps": args.reps,
+            "warmup": args.warmup,
+        },
+        args.row_timeout,
+        provider=args.provider,
+        device=lambda rank: f"cuda:{rank % gpus}" if gpus else "cpu",
+        threads=threads,
+    )
     per_party = [p["rows"][0] for p in parties]
     reps = zip(*(r["times"] for r in per_party), strict=True)
     return {

@@ -276,6 +276,14 @@ def gpu_model(spec: dict[str, Any]) -> dict[str, Any]:
     return gpu.party(spec)
 
 
+def transformer(spec: dict[str, Any]) -> dict[str, Any]:
+    from bench import transformers
+    from bench.sessions import open_session
+
+    with open_session(spec) as session:
+        return transformers.party(spec, session)
+
+
 ROLES = {
     "grpc-mpc": grpc_mpc,
     "gloo-mpc": gloo_mpc,
@@ -284,6 +292,7 @@ ROLES = {
     "tcp-tput": tcp_tput,
     "grpc-bare-tput": grpc_bare_tput,
     "gpu-model": gpu_model,
+    "transformer": transformer,
 }
 
 

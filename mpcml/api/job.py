@@ -185,6 +185,7 @@ class Job:
         shuffle: bool = False,
         shuffle_seed: int = 0,
         crypten_loss: bool = False,
+        trainable: Sequence[str] = (),
         seed: int = 0,
         weights: Mapping[str, str] | None = None,
         from_job: str | None = None,
@@ -201,6 +202,8 @@ class Job:
         Initial weights come from `seed` (`mpcml.graph.init.initial_state`), a party's private
         model (`weights`), or an earlier job (`from_job`). `crypten_loss` trains through
         CrypTen's loss and autograd instead of the exact fused gradient (`HyperParameters`).
+        `trainable` fine-tunes: only the parameters of these modules (paths in the model, e.g.
+        a Hugging Face classifier's "classifier") train; the rest stay as loaded.
 
         `approximations` (every task): "crypten" (the default), "auto" (the tuner picks the
         cheapest plan within `budget` on `calibration` rows, or (rows, labels), here), a plan
@@ -234,6 +237,7 @@ class Job:
                 shuffle=shuffle,
                 shuffle_seed=shuffle_seed,
                 crypten_loss=crypten_loss,
+                trainable=list(trainable),
             )
         )
         return cls(spec)

@@ -162,6 +162,7 @@ def _job(data: dict[str, Any], base: Path) -> Job:
                 shuffle=t.get("shuffle", False),
                 shuffle_seed=t.get("shuffle_seed", 0),
                 crypten_loss=t.get("crypten_loss", False),
+                trainable=t.get("trainable", []),
                 seed=weights.get("init_seed", 0),
                 **common,
             )

@@ -67,10 +67,10 @@ class NodeRange:
         """The range with `margin` times its span (at least 0.5) on both sides.
 
         An inverse square root's inputs (variances) are positive and span decades: its range
-        is widened by a factor, 1 + 10 margin, instead.
+        is widened by a factor, 1 + 2 margin, instead.
         """
         if self.function == "rsqrt":
-            factor = 1 + 10 * margin
+            factor = 1 + 2 * margin
             return self.low / factor, self.high * factor
         pad = max(margin * (self.high - self.low), 0.5)
         return self.low - pad, self.high + pad

@@ -164,7 +164,7 @@ def trace(model: SequenceModel) -> pb.Graph:
             if isinstance(metadata, tuple):
                 whole: Any = self
                 return iter([whole[i] for i in range(len(metadata))])
-            return super().__iter__()
+            return self.tracer.iter(self)  # as Proxy.__iter__: it reads its caller's frame
 
     class Tracer(hf_fx.HFTracer):
         def __init__(self) -> None:

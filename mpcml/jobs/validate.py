@@ -198,11 +198,20 @@ def _check_weights(spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]) 
 def _check_hyper(spec: jpb.JobSpec) -> None:
     h = spec.hyper
     if spec.task != jpb.TASK_TRAIN:
+        if h.trainable:
+            raise SpecError("trainable is for train jobs")
         return
     if h.epochs < 1:
         raise SpecError(f"epochs must be at least 1, got {h.epochs}")
     if not h.learning_rate > 0 or not math.isfinite(h.learning_rate):
         raise SpecError(f"the learning rate must be positive, got {h.learning_rate}")
+    modules = {n.module for n in spec.graph.nodes if n.parameters}
+    for prefix in h.trainable:
+        if not any(m == prefix or m.startswith(prefix + ".") for m in modules):
+            raise SpecError(
+                f"trainable names {prefix!r}, which holds no parameter of the model (its "
+                f"modules: {', '.join(sorted(modules)[:8])}{', ...' if len(modules) > 8 else ''})"
+            )
     if not 0 <= h.momentum < 1:
         raise SpecError(f"momentum must be in [0, 1), got {h.momentum}")
     if not h.weight_decay >= 0:

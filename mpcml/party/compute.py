@@ -134,7 +134,7 @@ class JobComputation:
             net.train()
             h = spec.hyper
             self.optimizer = crypten.optim.SGD(
-                net.parameters(),
+                self._trainable(net),
                 lr=h.learning_rate,
                 momentum=h.momentum,
                 weight_decay=h.weight_decay,
@@ -144,6 +144,24 @@ class JobComputation:
         else:
             net.eval()
         self.model = net
+
+    def _trainable(self, net: Any) -> list[Any]:
+        """The parameters the job trains; the others (`trainable` fine-tuning) stay fixed."""
+        prefixes = list(self.spec.hyper.trainable)
+        if not prefixes:
+            return list(net.parameters())
+        out = []
+        for node in self.spec.graph.nodes:
+            module = net._modules[node.name]
+            chosen = any(node.module == p or node.module.startswith(p + ".") for p in prefixes)
+            for spec_param in node.parameters:
+                tensor = getattr(module, spec_param.name)
+                if spec_param.buffer:
+                    continue
+                tensor.requires_grad = chosen  # autograd stops where nothing trains
+                if chosen:
+                    out.append(tensor)
+        return out
 
     def _tensors(self, net: Any) -> dict[str, Any]:
         out = {}

@@ -124,8 +124,9 @@ def test_train_and_infer_through_the_cli_match_plaintext(
 
 
 def test_the_example_job_files_run(cluster: LocalCluster) -> None:
-    done = mpcml(cluster, "job", "submit", str(REPO / "examples/jobs/infer_digits.toml"), "--watch")
-    assert done.returncode == 0, done.stderr
+    for example in ("infer_digits.toml", "infer_sentiment.toml"):
+        done = mpcml(cluster, "job", "submit", str(REPO / "examples/jobs" / example), "--watch")
+        assert done.returncode == 0, done.stderr
     from mpcml.api.jobfile import load
 
     job, _ = load(REPO / "examples/jobs/train_logreg.toml")

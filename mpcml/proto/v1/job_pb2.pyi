@@ -124,7 +124,7 @@ class WeightSource(_message.Message):
     def __init__(self, init_seed: _Optional[int] = ..., private: _Optional[_Union[PrivateWeights, _Mapping]] = ..., from_job: _Optional[str] = ...) -> None: ...
 
 class HyperParameters(_message.Message):
-    __slots__ = ("epochs", "batch_size", "learning_rate", "momentum", "weight_decay", "loss", "batches_per_round", "shuffle", "shuffle_seed", "crypten_loss")
+    __slots__ = ("epochs", "batch_size", "learning_rate", "momentum", "weight_decay", "loss", "batches_per_round", "shuffle", "shuffle_seed", "crypten_loss", "trainable")
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class HyperParameters(_message.Message):
     SHUFFLE_FIELD_NUMBER: _ClassVar[int]
     SHUFFLE_SEED_FIELD_NUMBER: _ClassVar[int]
     CRYPTEN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     epochs: int
     batch_size: int
     learning_rate: float
@@ -145,7 +146,8 @@ class HyperParameters(_message.Message):
     shuffle: bool
     shuffle_seed: int
     crypten_loss: bool
-    def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., weight_decay: _Optional[float] = ..., loss: _Optional[_Union[Loss, str]] = ..., batches_per_round: _Optional[int] = ..., shuffle: _Optional[bool] = ..., shuffle_seed: _Optional[int] = ..., crypten_loss: _Optional[bool] = ...) -> None: ...
+    trainable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., momentum: _Optional[float] = ..., weight_decay: _Optional[float] = ..., loss: _Optional[_Union[Loss, str]] = ..., batches_per_round: _Optional[int] = ..., shuffle: _Optional[bool] = ..., shuffle_seed: _Optional[int] = ..., crypten_loss: _Optional[bool] = ..., trainable: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Reveal(_message.Message):
     __slots__ = ("output", "recipients")
