@@ -10,8 +10,10 @@ memory per party, the largest logit error against the Hugging Face model in plai
 share of predictions (argmax) that agree with it.
 
 Weights are random (seeded): the published figures printed after the table are for trained
-models on other hardware (their papers' set-ups), for scale only. Target: tuned at least 2x faster than CrypTen's
-approximations, at most 1 point of agreement lost; a miss never fails the run.
+models on other hardware (their papers' set-ups), for scale only. Target: tuned at least 2x
+faster than CrypTen's approximations, at most 1 point of agreement lost; a miss never fails the
+run. With one row (the BERT-base row) agreement is 0 or 1 and says little: its logit error is
+the measure there.
 """
 
 from __future__ import annotations
