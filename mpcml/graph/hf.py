@@ -9,7 +9,10 @@ lowered (`lower.py`) at a fixed sequence length. The party that owns the weights
 
 from __future__ import annotations
 
+import bisect
+import dis
 import importlib
+import inspect
 import json
 import math
 from collections.abc import Mapping
@@ -159,12 +162,21 @@ def trace(model: SequenceModel) -> pb.Graph:
 
     class Proxy(hf_fx.HFProxy):
         def __iter__(self) -> Any:
+            whole: Any = self
             # `(*x.shape[:-1], -1)`: a shape's length is known from the meta tensors.
             metadata = getattr(self, "_metadata", None)
             if isinstance(metadata, tuple):
-                whole: Any = self
                 return iter([whole[i] for i in range(len(metadata))])
-            return self.tracer.iter(self)  # as Proxy.__iter__: it reads its caller's frame
+            # `a, b, c = x.shape`: what torch.fx's Proxy.__iter__ does, which reads the
+            # unpacking from its caller's bytecode (so it cannot be called from here).
+            caller = inspect.currentframe()
+            assert caller is not None and caller.f_back is not None
+            code = caller.f_back
+            instructions = list(dis.get_instructions(code.f_code))
+            at = bisect.bisect_left(instructions, code.f_lasti, key=lambda i: i.offset)
+            if instructions[at].opname == "UNPACK_SEQUENCE":
+                return iter([whole[i] for i in range(instructions[at].argval)])
+            return self.tracer.iter(self)
 
     class Tracer(hf_fx.HFTracer):
         def __init__(self) -> None:
