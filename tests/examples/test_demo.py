@@ -49,7 +49,8 @@ def test_demo_reports_secure_results_that_match_plaintext(tmp_path: Path) -> Non
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["tls"] is True
     names = [t["name"] for t in report["tasks"]]
-    assert len(names) == 3 and names[2].startswith("digits"), names
+    assert len(names) == 4 and names[2].startswith("digits"), names
+    assert names[3].startswith("sentiment"), names
     for task in report["tasks"]:
         assert 0.9 < task["secure_accuracy"] <= 1.0, task
         assert abs(task["secure_accuracy"] - task["plaintext_accuracy"]) <= 0.01, task

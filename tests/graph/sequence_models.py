@@ -52,7 +52,11 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 def transformer(name: str) -> hf.SequenceModel:
     """The seeded model `name` ("bert" or "gpt2") at SEQUENCE tokens."""
     cls, config = CONFIGS[name]
-    return hf.SequenceModel(hf.from_config(cls, config, seed=3), SEQUENCE)
+    model = hf.from_config(cls, config, seed=3)
+    if name == "gpt2":  # its first LayerNorm sees wte + wpe alone: keep it clear of 0.1
+        with torch.no_grad():
+            model.transformer.wpe.weight.mul_(2.0)
+    return hf.SequenceModel(model, SEQUENCE)
 
 
 def tokens(seed: int = 0, rows: int = ROWS, padded: bool = True) -> tuple[np.ndarray, np.ndarray]:
