@@ -27,14 +27,13 @@ from tests.graph import sequence_models as sm
 from tests.support.parties import run_session
 
 ERRORS = {"bert": 0.1, "gpt2": 0.3, "ops": 0.05}
-"""The largest logit error against plaintext PyTorch allowed, per model: CrypTen's fixed
-point and approximations over two layers (measured: see the closing note of issue 14)."""
-TUNED_ERRORS = {"bert": 2.5, "gpt2": 2.5}
-"""The same with a tuned plan. The tuner keeps the predictions (accuracy within its budget on
-the calibration rows), not the logits: on these random-weight models its cheaper GELU and tanh
-polynomials move logits of magnitude up to about 5 by 0.7 to 1.9 (measured, in emulation and
-under MPC alike). How a tuned plan keeps a trained classifier's predictions is
-tests/system/test_transformers.py's sentiment test."""
+"""The largest logit error against plaintext PyTorch allowed, per model (logits up to about 5):
+CrypTen's fixed point and approximations over two layers."""
+TUNED_ERRORS = {"bert": 0.4, "gpt2": 0.3}
+"""The same with a plan tuned with `tolerance=0.05` (each function within 0.05 of the true one:
+measured 0.14 and 0.06). Without it the tuner keeps predictions, not logits: on these
+random-weight models its cheapest GELU and tanh polynomials then move logits of magnitude up to
+about 5 by 0.7 to 2.6 while the calibration rows' predictions stay (docs/approximations.md)."""
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
@@ -185,7 +184,7 @@ def test_secure_inference_with_a_tuned_plan_is_within_its_bound(tmp_path: Path, 
     model = sm.transformer(name)
     ids, mask = sm.tokens(seed=1, rows=16)  # padded rows too: masked scores reach the softmax
     calibration = torch.from_numpy(sm.rows(ids, mask))
-    tuned = tune(model, calibration, budget=0.02, batch=sm.ROWS, margin=0.2)
+    tuned = tune(model, calibration, budget=0.02, batch=sm.ROWS, margin=0.2, tolerance=0.05)
     assert tuned.seconds < tuned.crypten_seconds
     outs, expected = _secure(tmp_path, 3, name, tuned.plan.SerializeToString())
     for out in outs:
