@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from mpcml.graph.ops import GRAPH_VERSION, SPECS, Attrs, GraphError
 from mpcml.graph.shapes import infer_shapes
-from mpcml.graph.trace import encode_attr, from_module
+from mpcml.graph.trace import from_module, make_node, parameter_specs
 from mpcml.proto.v1 import graph_pb2 as pb
 
 BATCHES = (2, 3)
@@ -204,10 +204,7 @@ class Lowering:
                 raise GraphError(
                     f"node {name!r}: {op} reads the token ids {i!r}; only an Embedding may"
                 )
-        node = pb.Node(name=name, op=op, inputs=inputs, module=module, parameters=parameters)
-        for key, value in attrs.items():
-            node.attrs[key].CopyFrom(encode_attr(value))
-        self.graph.nodes.append(node)
+        self.graph.nodes.append(make_node(name, op, inputs, attrs, module, parameters))
         self.secret[name] = name
         return name
 
@@ -271,10 +268,8 @@ class Lowering:
         args = [a for a in n.args if isinstance(a, torch.fx.Node)]
         if len(args) != max(SPECS[op].arity, 1) or n.kwargs:
             raise GraphError(f"{self._where(n)}: {op} is called with other arguments than a tensor")
-        from mpcml.graph.trace import _parameters
-
         self._emit(
-            n.name, op, [self._input(args[0], n)], attrs, str(n.target), _parameters(op, module)
+            n.name, op, [self._input(args[0], n)], attrs, str(n.target), parameter_specs(op, module)
         )
 
     def _function(self, n: torch.fx.Node) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -196,7 +197,8 @@ def _tensor_inputs(node: torch.fx.Node) -> tuple[list[str], tuple[Any, ...]]:
     return names, tuple(rest)
 
 
-def _parameters(spec_name: str, module: torch.nn.Module) -> list[pb.ParameterSpec]:
+def parameter_specs(spec_name: str, module: torch.nn.Module) -> list[pb.ParameterSpec]:
+    """The names and shapes (never values) of the parameters and buffers `module` holds."""
     spec = SPECS[spec_name]
     out = []
     for name, buffer in [(p, False) for p in spec.parameters] + [(b, True) for b in spec.buffers]:
@@ -234,7 +236,7 @@ def trace(model: torch.nn.Module) -> pb.Graph:
             module = traced.get_submodule(str(node.target))
             op, attrs = from_module(module)
             module_path = str(node.target)
-            parameters = _parameters(op, module)
+            parameters = parameter_specs(op, module)
         else:
             op, attrs = from_call(node.op, node.target, rest, dict(node.kwargs))
         if len(inputs) != SPECS[op].arity:
@@ -242,18 +244,19 @@ def trace(model: torch.nn.Module) -> pb.Graph:
                 f"node {node.name!r}: {op} takes {SPECS[op].arity} tensor "
                 f"input(s), got {len(inputs)}"
             )
-        graph.nodes.append(_node(node.name, op, inputs, attrs, module_path, parameters))
+        graph.nodes.append(make_node(node.name, op, inputs, attrs, module_path, parameters))
     return graph
 
 
-def _node(
+def make_node(
     name: str,
     op: str,
     inputs: list[str],
     attrs: Attrs,
     module: str,
-    parameters: list[pb.ParameterSpec],
+    parameters: Sequence[pb.ParameterSpec],
 ) -> pb.Node:
+    """One graph node; its settings encoded as `Attr`s."""
     node = pb.Node(name=name, op=op, inputs=inputs, module=module, parameters=parameters)
     for key, value in attrs.items():
         node.attrs[key].CopyFrom(encode_attr(value))
