@@ -1,8 +1,10 @@
-"""Shims that let CrypTen 0.4.1 run on torch 2.11-2.14, unedited, one for its speed, one for GPUs.
+"""Shims that let CrypTen 0.4.1 run on torch 2.11-2.14, unedited, and fix what it gets wrong.
 
-The speed one is a cache in front of its config; the GPU one routes `CUDALongTensor`'s matmul
-and convolutions to `mpcml.runtime.blocks`. Every patch CrypTen needs lives here, so
-that a CrypTen upgrade means reading one file. Targets: crypten 0.4.1 (the last release, 2022-12).
+One is for its speed, one for GPUs, one for its decoder. The speed one is a cache in front of
+its config; the GPU one routes `CUDALongTensor`'s matmul and convolutions to
+`mpcml.runtime.blocks`; the decoder one reads fixed point exactly. Every patch CrypTen needs
+lives here, so that a CrypTen upgrade means reading one file. Targets: crypten 0.4.1 (the last
+release, 2022-12).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def apply() -> None:
     onnx_converter._export_pytorch_model = _export_pytorch_model
     _cache_config_reads()
     _exact_cuda_arithmetic()
+    _exact_decode()
     _applied = True
 
 
@@ -183,6 +186,30 @@ def _cache_config_reads() -> None:
 
     _NOT_CONFIG = frozenset(dir(CrypTenConfig)) | {"config"}
     CrypTenConfig.__getattribute__ = __getattribute__
+
+
+def _exact_decode() -> None:
+    """Decode fixed point as a floor division by the scale, which is what encoding inverts.
+
+    CrypTen 0.4.1's `FixedPointEncoder.decode` divides a negative value by scale - 1, so a
+    value less than q units in the last place above the integer -q decodes one lower: -6.99992
+    revealed as -7.99992. Every reveal (outputs, metrics, tests against plaintext) goes through it.
+    """
+    from crypten.common.tensor_types import is_int_tensor
+    from crypten.encoder import FixedPointEncoder
+
+    def decode(self: Any, tensor: Any) -> Any:
+        if tensor is None:
+            return None
+        assert is_int_tensor(tensor), "input must be a LongTensor"
+        scale = self._scale
+        if scale == 1:
+            return tensor.data
+        whole = tensor.div(scale, rounding_mode="floor")
+        fraction = tensor - whole * scale
+        return (whole.float() + fraction.float() / scale).data
+
+    FixedPointEncoder.decode = decode
 
 
 CUDA_OPS = ("matmul", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d")

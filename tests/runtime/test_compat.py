@@ -75,3 +75,28 @@ def test_stock_config_reads_restore_crypten_as_shipped() -> None:
         assert CrypTenConfig.__getattribute__.__module__ == "crypten.config.config"
     finally:
         CrypTenConfig.__getattribute__ = cached
+
+
+def test_reveals_decode_negative_values_just_above_an_integer_exactly() -> None:
+    # CrypTen's own decoder read raw -458747 (-6.99992) as -7.99992: a 3-party log once
+    # revealed -8 for ln(0.001) that way.
+    from mpcml.runtime import compat
+
+    compat.apply()
+    import crypten
+
+    encoder = crypten.encoder.FixedPointEncoder()
+    raw = torch.cat(
+        [
+            torch.arange(-(2**20), 2**20),
+            torch.tensor([-(2**40) + 3, 2**40 + 3, -(2**16) * 1000 + 7]),
+        ]
+    )
+    assert torch.equal(encoder.decode(raw), (raw.double() / 2**16).float())
+    assert float(encoder.decode(torch.tensor([-458747]))) == -458747 / 2**16
+    assert encoder.decode(encoder.encode(torch.tensor([-6.5, 0.25, 3.0]))).tolist() == [
+        -6.5,
+        0.25,
+        3.0,
+    ]
+    assert torch.equal(crypten.encoder.FixedPointEncoder(precision_bits=0).decode(raw), raw)
