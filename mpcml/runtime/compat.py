@@ -189,7 +189,7 @@ def _cache_config_reads() -> None:
 
 
 def _exact_decode() -> None:
-    """Decode fixed point as a floor division by the scale, which is what encoding inverts.
+    """Decode fixed point as raw / scale exactly: a floor division and its remainder.
 
     CrypTen 0.4.1's `FixedPointEncoder.decode` divides a negative value by scale - 1, so a
     value less than q units in the last place above the integer -q decodes one lower: -6.99992
