@@ -171,9 +171,9 @@ class Job:
     @classmethod
     def train(
         cls,
-        model: Any,
-        features: Mapping[str, Binding],
-        labels: Mapping[str, Binding],
+        model: Any = None,
+        features: Mapping[str, Binding] | None = None,
+        labels: Mapping[str, Binding] | None = None,
         *,
         epochs: int = 1,
         lr: float = 0.1,
@@ -200,7 +200,8 @@ class Job:
         """Train `model` (a torch.nn.Module, traced here).
 
         Initial weights come from `seed` (`mpcml.graph.init.initial_state`), a party's private
-        model (`weights`), or an earlier job (`from_job`). `crypten_loss` trains through
+        model (`weights`), or an earlier job (`from_job`, which also gives the model: `model`
+        may then be left out). `crypten_loss` trains through
         CrypTen's loss and autograd instead of the exact fused gradient (`HyperParameters`).
         `trainable` fine-tunes: only the parameters of these modules (paths in the model, e.g.
         a Hugging Face classifier's "classifier") train; the rest stay as loaded.
@@ -209,6 +210,10 @@ class Job:
         cheapest plan within `budget` on `calibration` rows, or (rows, labels), here), a plan
         file, a table as in one, or a plan (`mpcml.approx`, docs/approximations.md).
         """
+        if model is None and not from_job:
+            raise JobSpecError("a train job needs a model, or from_job to go on training one")
+        if not features or not labels:
+            raise JobSpecError("a train job needs features and labels")
         spec = cls._spec(
             jpb.TASK_TRAIN,
             model,

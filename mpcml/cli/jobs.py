@@ -77,7 +77,11 @@ def add_parsers(sub: Any) -> None:
         "digest", help="the digest of a job file's model, which a party's policy.graphs approves"
     )
     p.add_argument("file")
-    p = command("parties", "the parties registered with the coordinator")
+    p = command(
+        "parties",
+        "the parties registered with the coordinator, and the commitment of each private model "
+        "(what a party's policy.graphs pins weights by)",
+    )
     p.add_argument(
         "--wait", nargs="+", metavar="NAME", help="first wait until these are registered"
     )
@@ -202,6 +206,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 state = "connected" if p.connected else "disconnected"
                 datasets = ", ".join(d.name for d in p.datasets)
                 print(f"{p.name:<10} {state:<12} {p.data_address:<22} {datasets}", file=out)
+                for m in p.model_info:  # what an operator pastes into policy.graphs
+                    print(f"  model {m.name}: {m.commitment}", file=out)
             return EXIT_OK
         handle = client.job(args.job_id)
         if command == "status":

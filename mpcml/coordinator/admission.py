@@ -141,12 +141,28 @@ class Admission:
             )
         return plan
 
-    def vet(self, spec: jpb.JobSpec, submitter: str, links: Mapping[str, PartyLink]) -> None:
-        """Ask every party of the job whether its policy allows it; waits without the lock."""
+    def vet(
+        self,
+        spec: jpb.JobSpec,
+        submitter: str,
+        links: Mapping[str, PartyLink],
+        rows: tuple[list[int], list[int]],
+    ) -> None:
+        """Ask every party of the job whether its policy allows it; waits without the lock.
+
+        `rows` (each binding's registered rows) let a party count how many of its rows each
+        revealed aggregate covers.
+        """
         request_id = uuid.uuid4().hex
         with self._verdict_ready:
             self._verdicts[request_id] = {}
-        vet = cpb.VetJob(request_id=request_id, spec=spec, submitter=submitter)
+        vet = cpb.VetJob(
+            request_id=request_id,
+            spec=spec,
+            submitter=submitter,
+            feature_rows=rows[0],
+            label_rows=rows[1],
+        )
         for link in links.values():
             link.send(cpb.Assignment(vet=vet))
         deadline = time.monotonic() + VET_TIMEOUT_S

@@ -141,6 +141,7 @@ class Registry:
                 heartbeat_age=now - link.last_seen,
                 datasets=list(link.info.datasets),
                 models=list(link.info.models),
+                model_info=list(link.info.model_info),
             )
             for name, link in sorted(self.links.items())
         ]

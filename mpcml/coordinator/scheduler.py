@@ -21,6 +21,7 @@ from mpcml.coordinator.runs import Runs
 from mpcml.coordinator.store import Event, IdempotencyConflict, Job, JobState, JobStore
 from mpcml.errors import StatusError
 from mpcml.jobs.events import EventKind
+from mpcml.jobs.validate import binding_rows, pin_weights
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
@@ -115,7 +116,10 @@ class Scheduler:
         with self._lock:
             spec = self.admission.normalise(spec, submitter)
             attached = self.registry.connected()
-            plan = self.admission.check(spec, {n: link.info for n, link in attached.items()})
+            infos = {n: link.info for n, link in attached.items()}
+            pin_weights(spec, infos)
+            plan = self.admission.check(spec, infos)
+            rows = binding_rows(spec, infos)
             links = {name: attached[name] for name in spec.parties}
             encoded = spec.SerializeToString(deterministic=True)
             if idempotency_key:  # a retry: the job exists, vetted already
@@ -125,7 +129,7 @@ class Scheduler:
                     raise StatusError("ALREADY_EXISTS", str(exc)) from None
                 if existing is not None:
                     return existing
-        self.admission.vet(spec, submitter, links)
+        self.admission.vet(spec, submitter, links, rows)
         with self._lock:
             key = idempotency_key or f"auto-{time.time_ns()}"
             try:

@@ -105,7 +105,12 @@ class DealerService(pb_grpc.DealerServicer):
         self.metrics = DealerMetrics(registry or CollectorRegistry(), lambda: len(self.sessions))
         """Counted whether or not anything serves them (`registry` is what the daemon serves)."""
 
-    def _caller(self, context: grpc.ServicerContext, expected: str) -> None:
+    def _caller(self, context: grpc.ServicerContext, expected: str = "") -> None:
+        """PERMISSION_DENIED unless a party's certificate calls (named `expected`, if given).
+
+        Every call checks the caller's role first, before it looks at the request: a caller
+        who is not a party learns nothing, not even whether a session exists.
+        """
         caller(
             context,
             (PARTY_ROLE,),
@@ -123,6 +128,7 @@ class DealerService(pb_grpc.DealerServicer):
 
     def Open(self, request: pb.OpenRequest, context: grpc.ServicerContext) -> pb.OpenReply:
         """Join a session; returns the caller's key."""
+        self._caller(context)
         parties = list(request.parties)
         if not request.session_id or len(parties) < 2 or len(set(parties)) != len(parties):
             raise StatusError(
@@ -170,6 +176,7 @@ class DealerService(pb_grpc.DealerServicer):
 
     def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
         """Rank 0's correcting share of one tuple of the session."""
+        self._caller(context)
         session = self._session(request.session_id)
         self._caller(context, session.parties[0])
         self._check(request)
@@ -177,6 +184,7 @@ class DealerService(pb_grpc.DealerServicer):
 
     def Corrections(self, request: pb.TupleBatch, context: grpc.ServicerContext) -> pb.TupleReplies:
         """Several corrections: every request is checked before any is computed."""
+        self._caller(context)
         ids = {r.session_id for r in request.requests}
         if len(ids) > 1:
             raise StatusError("INVALID_ARGUMENT", f"a batch names {len(ids)} sessions, not one")
@@ -223,6 +231,7 @@ class DealerService(pb_grpc.DealerServicer):
 
     def Close(self, request: pb.CloseRequest, context: grpc.ServicerContext) -> pb.CloseReply:
         """A party is done with the session; forgotten once every party is."""
+        self._caller(context)
         with self._lock:
             session = self.sessions.get(request.session_id)
         if session is None:

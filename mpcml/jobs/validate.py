@@ -193,6 +193,71 @@ def _check_weights(spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]) 
             raise SpecError(
                 f"party {owner.party!r} has no model {owner.model!r} (its models: {models})"
             )
+        info = next((m for m in parties[owner.party].model_info if m.name == owner.model), None)
+        if info is None:
+            raise SpecError(
+                f"party {owner.party!r} registered no description of its model {owner.model!r}"
+            )
+        if owner.commitment and owner.commitment != info.commitment:
+            raise SpecError(
+                f"the job pins party {owner.party!r}'s model {owner.model!r} to "
+                f"{owner.commitment}, and its weights are now {info.commitment}"
+            )
+        _check_keys(spec, owner, info)
+
+
+def _check_keys(spec: jpb.JobSpec, owner: jpb.PrivateWeights, info: cpb.ModelInfo) -> None:
+    """A private model must hold every parameter of the graph, in the graph's shape."""
+    held = {p.name: list(p.shape) for p in info.parameters}
+    wanted = {
+        f"{node.module}.{p.name}": list(p.shape)
+        for node in spec.graph.nodes
+        for p in node.parameters
+    }
+    missing = sorted(set(wanted) - set(held))
+    if missing:
+        extra = sorted(set(held) - set(wanted))
+
+        def listed(keys: list[str]) -> str:
+            return ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+
+        raise SpecError(
+            f"party {owner.party!r}'s model {owner.model!r} does not fit the job's graph: it "
+            f"lacks {listed(missing)}"
+            + (f"; it has keys the graph does not use: {listed(extra)}" if extra else "")
+        )
+    for key, shape in wanted.items():
+        if held[key] != shape:
+            raise SpecError(
+                f"party {owner.party!r}'s model {owner.model!r}: {key!r} has shape {held[key]}, "
+                f"the graph's is {shape}"
+            )
+
+
+def binding_rows(
+    spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]
+) -> tuple[list[int], list[int]]:
+    """The registered rows of each features and labels binding, in binding order."""
+
+    def rows(binding: jpb.DataBinding) -> int:
+        return next(
+            (int(d.rows) for d in parties[binding.party].datasets if d.name == binding.dataset), 0
+        )
+
+    return [rows(b) for b in spec.features], [rows(b) for b in spec.labels]
+
+
+def pin_weights(spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]) -> None:
+    """Fill in a private model's commitment from its owner's registration, where it is empty."""
+    if spec.weights.WhichOneof("source") != "private":
+        return
+    owner = spec.weights.private
+    link = parties.get(owner.party)
+    if owner.commitment or link is None:
+        return
+    for info in link.model_info:
+        if info.name == owner.model:
+            owner.commitment = info.commitment
 
 
 def _check_hyper(spec: jpb.JobSpec) -> None:

@@ -1,7 +1,8 @@
-"""A party's private datasets.
+"""A party's private datasets and models.
 
-What the party tells the coordinator (names, columns, row counts), and what its worker loads
-(the values, which never leave the party unencrypted).
+What the party tells the coordinator (names, columns, row counts; a model's tensor shapes and
+its commitment), and what its worker loads (the values, which never leave the party
+unencrypted).
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from mpcml.errors import MpcmlError
+from mpcml.graph.digest import weights_commitment
 from mpcml.party.config import DatasetEntry
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
@@ -121,3 +125,39 @@ def select(
         order = np.argsort(ids, kind="stable")
         values, ids = values[order], ids[order]
     return values, ids
+
+
+def load_model(name: str, path: Path, commitment: str = "") -> dict[str, Any]:
+    """A private model's state_dict, read with `weights_only=True`.
+
+    With `commitment`, the weights must still be those it commits to: the job was approved for
+    them, so weights changed since are refused before anything is shared.
+    """
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except (OSError, RuntimeError, ValueError, EOFError) as exc:
+        raise DataError(f"model {name!r}: cannot load {path}: {exc}") from None
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise DataError(f"model {name!r}: {path} is not a state_dict of named tensors")
+    if commitment and weights_commitment(state) != commitment:
+        raise DataError(
+            f"model {name!r} no longer matches the commitment {commitment} the job names: its "
+            "weights changed after the job was submitted"
+        )
+    return state
+
+
+def describe_model(name: str, path: Path) -> cpb.ModelInfo:
+    """The public description of a private model: its tensors' shapes and its commitment."""
+    state = load_model(name, path)
+    return cpb.ModelInfo(
+        name=name,
+        commitment=weights_commitment(state),
+        parameters=[
+            cpb.ParameterInfo(name=key, shape=list(state[key].shape)) for key in sorted(state)
+        ],
+    )

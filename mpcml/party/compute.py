@@ -19,10 +19,11 @@ from mpcml.graph.build import build, load_weights
 from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
 from mpcml.graph.shapes import infer_shapes
+from mpcml.jobs.coverage import dataset_rows
 from mpcml.jobs.order import epoch_order
 from mpcml.jobs.spec import RoundPlan, batch_size, recipients, round_plan
 from mpcml.party import policy, provenance
-from mpcml.party.catalogue import DataError
+from mpcml.party.catalogue import DataError, load_model
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import (
     atomic_write,
@@ -62,6 +63,8 @@ class JobComputation:
         self.plan: RoundPlan | None = None
         self.predictions: Any = None
         self.ids: np.ndarray | None = None
+        self.rows: policy.Rows = ([], [])
+        """The rows of each features and labels binding, as shared."""
         self.reveal = Revealer(
             self.spec, start.job_id, self.me, self.ranks, config.job_results(start.job_id)
         )
@@ -98,11 +101,30 @@ class JobComputation:
                     f"{labels.metas[0].rows} rows; the features have {metas[0].rows}"
                 )
         sharer.check_alignment([*spec.features, *spec.labels], all_metas)
+        self.rows = ([m.rows for m in metas], [m.rows for m in all_metas[len(metas) :]])
+        self._recheck_policy()
         self.ids = features.ids
         rows = int(self.x.size(0))
         self.plan = round_plan(spec, rows)
         self._build_model()
         return rows
+
+    def _recheck_policy(self) -> None:
+        """The party's policy once more, with the rows every party really shared.
+
+        The vet counted the rows the coordinator reported; the floor under revealed aggregates
+        (`min_rows`) holds on the true counts, before anything is computed or revealed.
+        """
+        verdict = policy.check(
+            self.config.policy,
+            self.me,
+            self.spec,
+            self.start.submitter,
+            provenance.lineage(self.config),
+            self.rows,
+        )
+        if not verdict.allowed:
+            raise DataError(f"party {self.me!r} refuses the job: {verdict.reason}")
 
     # --- the model --------------------------------------------------------------------------
 
@@ -122,11 +144,9 @@ class JobComputation:
                 path = self.config.models.get(owner.model)
                 if path is None:
                     raise DataError(f"party {self.me!r} has no model {owner.model!r}")
-                try:
-                    state = torch.load(path, weights_only=True, map_location="cpu")
-                except (OSError, RuntimeError, ValueError) as exc:
-                    raise DataError(f"model {owner.model!r}: cannot load {path}: {exc}") from None
-                load_weights(net, graph, state)
+                if not owner.commitment:
+                    raise DataError(f"the job names no commitment for model {owner.model!r}")
+                load_weights(net, graph, load_model(owner.model, path, owner.commitment))
         net.encrypt(src=src)
         if source == "from_job":
             self._load_shares(net, spec.weights.from_job)
@@ -312,8 +332,14 @@ class JobComputation:
     def _keep_shares(self) -> None:
         shares = self._shares()
         directory = self.config.job_state(self.start.job_id)
-        trained_on = policy.sources(self.spec, self.me, provenance.lineage(self.config))
-        provenance.record(directory, trained_on[jpb.OUTPUT_WEIGHTS])
+        lineage = provenance.lineage(self.config)
+        trained_on = policy.sources(self.spec, self.me, lineage)
+        rows = {d: n for (p, d), n in dataset_rows(self.spec, *self.rows).items() if p == self.me}
+        if self.spec.weights.WhichOneof("source") == "from_job":
+            for name, n in lineage(self.spec.weights.from_job).rows.items():
+                rows[name] = max(n, rows.get(name, 0))
+        start = policy.weights(self.spec, lineage).start
+        provenance.record(directory, trained_on[jpb.OUTPUT_WEIGHTS], rows, start)
         atomic_write(
             directory / SHARES_FILE, lambda f: torch.save({"rank": self.rank, "shares": shares}, f)
         )

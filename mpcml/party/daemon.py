@@ -64,6 +64,10 @@ class PartyDaemon:
             device=self.config.device,
             datasets=[catalogue.describe(e) for e in self.config.datasets.values()],
             models=sorted(self.config.models),
+            model_info=[
+                catalogue.describe_model(name, path)
+                for name, path in sorted(self.config.models.items())
+            ],
             running_jobs=self.pool.running(),
             max_concurrent_jobs=self.config.max_concurrent_jobs,
             health_address=self.config.public_health_address(),
@@ -123,7 +127,9 @@ class PartyDaemon:
             known = stop.HasField("committed_round")
             self.pool.stop(stop.job_id, stop.reason, stop.committed_round if known else None)
         elif kind == "vet":
-            verdict = self._verdict(assignment.vet.spec, assignment.vet.submitter)
+            vet = assignment.vet
+            rows = (list(vet.feature_rows), list(vet.label_rows))
+            verdict = self._verdict(vet.spec, vet.submitter, rows)
             self.link.report(
                 cpb.WorkerReport(
                     verdict=cpb.Verdict(
@@ -134,12 +140,31 @@ class PartyDaemon:
                 )
             )
 
-    def _verdict(self, spec: jpb.JobSpec, submitter: str) -> policy.Verdict:
-        """The verdict of the party's policy on a job; a refusal is logged."""
+    def _verdict(
+        self, spec: jpb.JobSpec, submitter: str, rows: policy.Rows | None = None
+    ) -> policy.Verdict:
+        """The verdict of the party's policy on a job; a refusal is logged.
+
+        A job that runs this party's private model is refused too when the stored weights no
+        longer match the commitment the job names.
+        """
         config = self.config
         verdict = policy.check(
-            config.policy, config.name, spec, submitter, provenance.lineage(config)
+            config.policy, config.name, spec, submitter, provenance.lineage(config), rows
         )
+        private = spec.weights.private
+        if verdict.allowed and spec.weights.HasField("private") and private.party == config.name:
+            path = config.models.get(private.model)
+            try:
+                if path is None:
+                    raise catalogue.DataError(f"it has no model {private.model!r}")
+                if not private.commitment:
+                    raise catalogue.DataError(
+                        f"the job names no commitment for its model {private.model!r}"
+                    )
+                catalogue.load_model(private.model, path, private.commitment)
+            except catalogue.DataError as exc:
+                verdict = policy.Verdict(False, str(exc))
         if not verdict.allowed:
             log.warning("refused a job from %s: %s", submitter, verdict.reason)
         return verdict

@@ -90,7 +90,7 @@ class ListPartiesResponse(_message.Message):
     def __init__(self, parties: _Optional[_Iterable[_Union[PartyStatus, _Mapping]]] = ...) -> None: ...
 
 class PartyStatus(_message.Message):
-    __slots__ = ("name", "data_address", "device", "connected", "heartbeat_age", "datasets", "models")
+    __slots__ = ("name", "data_address", "device", "connected", "heartbeat_age", "datasets", "models", "model_info")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class PartyStatus(_message.Message):
     HEARTBEAT_AGE_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_INFO_FIELD_NUMBER: _ClassVar[int]
     name: str
     data_address: str
     device: str
@@ -105,7 +106,8 @@ class PartyStatus(_message.Message):
     heartbeat_age: float
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetInfo]
     models: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
+    model_info: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest", "approximations")
@@ -244,7 +246,7 @@ class DatasetInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., id_column: _Optional[str] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
-    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs", "health_address")
+    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs", "health_address", "model_info")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -253,6 +255,7 @@ class AttachRequest(_message.Message):
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_JOBS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_INFO_FIELD_NUMBER: _ClassVar[int]
     party: str
     data_address: str
     device: str
@@ -261,7 +264,26 @@ class AttachRequest(_message.Message):
     running_jobs: _containers.RepeatedScalarFieldContainer[str]
     max_concurrent_jobs: int
     health_address: str
-    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ..., health_address: _Optional[str] = ...) -> None: ...
+    model_info: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ..., health_address: _Optional[str] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "commitment", "parameters")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMMITMENT_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    commitment: str
+    parameters: _containers.RepeatedCompositeFieldContainer[ParameterInfo]
+    def __init__(self, name: _Optional[str] = ..., commitment: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterInfo, _Mapping]]] = ...) -> None: ...
+
+class ParameterInfo(_message.Message):
+    __slots__ = ("name", "shape")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListPeersRequest(_message.Message):
     __slots__ = ()
@@ -296,14 +318,18 @@ class Assignment(_message.Message):
     def __init__(self, start: _Optional[_Union[StartJob, _Mapping]] = ..., go: _Optional[_Union[GoRound, _Mapping]] = ..., stop: _Optional[_Union[StopJob, _Mapping]] = ..., vet: _Optional[_Union[VetJob, _Mapping]] = ...) -> None: ...
 
 class VetJob(_message.Message):
-    __slots__ = ("request_id", "spec", "submitter")
+    __slots__ = ("request_id", "spec", "submitter", "feature_rows", "label_rows")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_ROWS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     spec: _job_pb2.JobSpec
     submitter: str
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., submitter: _Optional[str] = ...) -> None: ...
+    feature_rows: _containers.RepeatedScalarFieldContainer[int]
+    label_rows: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., submitter: _Optional[str] = ..., feature_rows: _Optional[_Iterable[int]] = ..., label_rows: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StartJob(_message.Message):
     __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt", "slot", "submitter")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mpcml.proto.v1 import graph_pb2 as mpcml_dot_v1_dot_graph__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12mpcml/v1/job.proto\x12\x08mpcml.v1\x1a\x14mpcml/v1/graph.proto\"\xb7\x01\n\rApproximation\x12\x16\n\x0eimplementation\x18\x01 \x01(\t\x12\x31\n\x05knobs\x18\x02 \x03(\x0b\x32\".mpcml.v1.Approximation.KnobsEntry\x12\x12\n\ncalibrated\x18\x03 \x01(\x08\x12\x0b\n\x03low\x18\x04 \x01(\x01\x12\x0c\n\x04high\x18\x05 \x01(\x01\x1a,\n\nKnobsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x99\x02\n\x11\x41pproximationPlan\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x35\n\x05nodes\x18\x02 \x03(\x0b\x32&.mpcml.v1.ApproximationPlan.NodesEntry\x12\x31\n\x03ops\x18\x03 \x03(\x0b\x32$.mpcml.v1.ApproximationPlan.OpsEntry\x1a\x45\n\nNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.mpcml.v1.Approximation:\x02\x38\x01\x1a\x43\n\x08OpsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.mpcml.v1.Approximation:\x02\x38\x01\">\n\x0b\x44\x61taBinding\x12\r\n\x05party\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07\x63olumns\x18\x03 \x03(\t\".\n\x0ePrivateWeights\x12\r\n\x05party\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\"n\n\x0cWeightSource\x12\x13\n\tinit_seed\x18\x01 \x01(\x04H\x00\x12+\n\x07private\x18\x02 \x01(\x0b\x32\x18.mpcml.v1.PrivateWeightsH\x00\x12\x12\n\x08\x66rom_job\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"\xfd\x01\n\x0fHyperParameters\x12\x0e\n\x06\x65pochs\x18\x01 \x01(\r\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x15\n\rlearning_rate\x18\x03 \x01(\x01\x12\x10\n\x08momentum\x18\x04 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x05 \x01(\x01\x12\x1c\n\x04loss\x18\x06 \x01(\x0e\x32\x0e.mpcml.v1.Loss\x12\x19\n\x11\x62\x61tches_per_round\x18\x07 \x01(\r\x12\x0f\n\x07shuffle\x18\x08 \x01(\x08\x12\x14\n\x0cshuffle_seed\x18\t \x01(\x04\x12\x14\n\x0c\x63rypten_loss\x18\n \x01(\x08\x12\x11\n\ttrainable\x18\x0b \x03(\t\">\n\x06Reveal\x12 \n\x06output\x18\x01 \x01(\x0e\x32\x10.mpcml.v1.Output\x12\x12\n\nrecipients\x18\x02 \x03(\t\"\xad\x03\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x04task\x18\x02 \x01(\x0e\x32\x0e.mpcml.v1.Task\x12\x1e\n\x05graph\x18\x03 \x01(\x0b\x32\x0f.mpcml.v1.Graph\x12\'\n\x07weights\x18\x04 \x01(\x0b\x32\x16.mpcml.v1.WeightSource\x12\'\n\x08\x66\x65\x61tures\x18\x05 \x03(\x0b\x32\x15.mpcml.v1.DataBinding\x12%\n\x06labels\x18\x06 \x03(\x0b\x32\x15.mpcml.v1.DataBinding\x12\x1e\n\x05split\x18\x07 \x01(\x0e\x32\x0f.mpcml.v1.Split\x12\x10\n\x08\x61lign_on\x18\x08 \x01(\t\x12(\n\x05hyper\x18\t \x01(\x0b\x32\x19.mpcml.v1.HyperParameters\x12 \n\x06reveal\x18\n \x03(\x0b\x32\x10.mpcml.v1.Reveal\x12\x0f\n\x07parties\x18\x0b \x03(\t\x12\x19\n\x11insecure_provider\x18\x0c \x01(\t\x12\x33\n\x0e\x61pproximations\x18\r \x01(\x0b\x32\x1b.mpcml.v1.ApproximationPlan*O\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x0e\n\nTASK_TRAIN\x10\x01\x12\x0e\n\nTASK_INFER\x10\x02\x12\x11\n\rTASK_EVALUATE\x10\x03*H\n\x05Split\x12\x15\n\x11SPLIT_UNSPECIFIED\x10\x00\x12\x12\n\x0eSPLIT_VERTICAL\x10\x01\x12\x14\n\x10SPLIT_HORIZONTAL\x10\x02*P\n\x04Loss\x12\x14\n\x10LOSS_UNSPECIFIED\x10\x00\x12\x0c\n\x08LOSS_BCE\x10\x01\x12\x16\n\x12LOSS_CROSS_ENTROPY\x10\x02\x12\x0c\n\x08LOSS_MSE\x10\x03*`\n\x06Output\x12\x16\n\x12OUTPUT_UNSPECIFIED\x10\x00\x12\x12\n\x0eOUTPUT_WEIGHTS\x10\x01\x12\x16\n\x12OUTPUT_PREDICTIONS\x10\x02\x12\x12\n\x0eOUTPUT_METRICS\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12mpcml/v1/job.proto\x12\x08mpcml.v1\x1a\x14mpcml/v1/graph.proto\"\xb7\x01\n\rApproximation\x12\x16\n\x0eimplementation\x18\x01 \x01(\t\x12\x31\n\x05knobs\x18\x02 \x03(\x0b\x32\".mpcml.v1.Approximation.KnobsEntry\x12\x12\n\ncalibrated\x18\x03 \x01(\x08\x12\x0b\n\x03low\x18\x04 \x01(\x01\x12\x0c\n\x04high\x18\x05 \x01(\x01\x1a,\n\nKnobsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x99\x02\n\x11\x41pproximationPlan\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x35\n\x05nodes\x18\x02 \x03(\x0b\x32&.mpcml.v1.ApproximationPlan.NodesEntry\x12\x31\n\x03ops\x18\x03 \x03(\x0b\x32$.mpcml.v1.ApproximationPlan.OpsEntry\x1a\x45\n\nNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.mpcml.v1.Approximation:\x02\x38\x01\x1a\x43\n\x08OpsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.mpcml.v1.Approximation:\x02\x38\x01\">\n\x0b\x44\x61taBinding\x12\r\n\x05party\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07\x63olumns\x18\x03 \x03(\t\"B\n\x0ePrivateWeights\x12\r\n\x05party\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\ncommitment\x18\x03 \x01(\t\"n\n\x0cWeightSource\x12\x13\n\tinit_seed\x18\x01 \x01(\x04H\x00\x12+\n\x07private\x18\x02 \x01(\x0b\x32\x18.mpcml.v1.PrivateWeightsH\x00\x12\x12\n\x08\x66rom_job\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"\xfd\x01\n\x0fHyperParameters\x12\x0e\n\x06\x65pochs\x18\x01 \x01(\r\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x15\n\rlearning_rate\x18\x03 \x01(\x01\x12\x10\n\x08momentum\x18\x04 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x05 \x01(\x01\x12\x1c\n\x04loss\x18\x06 \x01(\x0e\x32\x0e.mpcml.v1.Loss\x12\x19\n\x11\x62\x61tches_per_round\x18\x07 \x01(\r\x12\x0f\n\x07shuffle\x18\x08 \x01(\x08\x12\x14\n\x0cshuffle_seed\x18\t \x01(\x04\x12\x14\n\x0c\x63rypten_loss\x18\n \x01(\x08\x12\x11\n\ttrainable\x18\x0b \x03(\t\">\n\x06Reveal\x12 \n\x06output\x18\x01 \x01(\x0e\x32\x10.mpcml.v1.Output\x12\x12\n\nrecipients\x18\x02 \x03(\t\"\xad\x03\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x04task\x18\x02 \x01(\x0e\x32\x0e.mpcml.v1.Task\x12\x1e\n\x05graph\x18\x03 \x01(\x0b\x32\x0f.mpcml.v1.Graph\x12\'\n\x07weights\x18\x04 \x01(\x0b\x32\x16.mpcml.v1.WeightSource\x12\'\n\x08\x66\x65\x61tures\x18\x05 \x03(\x0b\x32\x15.mpcml.v1.DataBinding\x12%\n\x06labels\x18\x06 \x03(\x0b\x32\x15.mpcml.v1.DataBinding\x12\x1e\n\x05split\x18\x07 \x01(\x0e\x32\x0f.mpcml.v1.Split\x12\x10\n\x08\x61lign_on\x18\x08 \x01(\t\x12(\n\x05hyper\x18\t \x01(\x0b\x32\x19.mpcml.v1.HyperParameters\x12 \n\x06reveal\x18\n \x03(\x0b\x32\x10.mpcml.v1.Reveal\x12\x0f\n\x07parties\x18\x0b \x03(\t\x12\x19\n\x11insecure_provider\x18\x0c \x01(\t\x12\x33\n\x0e\x61pproximations\x18\r \x01(\x0b\x32\x1b.mpcml.v1.ApproximationPlan*O\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x0e\n\nTASK_TRAIN\x10\x01\x12\x0e\n\nTASK_INFER\x10\x02\x12\x11\n\rTASK_EVALUATE\x10\x03*H\n\x05Split\x12\x15\n\x11SPLIT_UNSPECIFIED\x10\x00\x12\x12\n\x0eSPLIT_VERTICAL\x10\x01\x12\x14\n\x10SPLIT_HORIZONTAL\x10\x02*P\n\x04Loss\x12\x14\n\x10LOSS_UNSPECIFIED\x10\x00\x12\x0c\n\x08LOSS_BCE\x10\x01\x12\x16\n\x12LOSS_CROSS_ENTROPY\x10\x02\x12\x0c\n\x08LOSS_MSE\x10\x03*`\n\x06Output\x12\x16\n\x12OUTPUT_UNSPECIFIED\x10\x00\x12\x12\n\x0eOUTPUT_WEIGHTS\x10\x01\x12\x16\n\x12OUTPUT_PREDICTIONS\x10\x02\x12\x12\n\x0eOUTPUT_METRICS\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,14 +38,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPROXIMATIONPLAN_NODESENTRY']._serialized_options = b'8\001'
   _globals['_APPROXIMATIONPLAN_OPSENTRY']._loaded_options = None
   _globals['_APPROXIMATIONPLAN_OPSENTRY']._serialized_options = b'8\001'
-  _globals['_TASK']._serialized_start=1500
-  _globals['_TASK']._serialized_end=1579
-  _globals['_SPLIT']._serialized_start=1581
-  _globals['_SPLIT']._serialized_end=1653
-  _globals['_LOSS']._serialized_start=1655
-  _globals['_LOSS']._serialized_end=1735
-  _globals['_OUTPUT']._serialized_start=1737
-  _globals['_OUTPUT']._serialized_end=1833
+  _globals['_TASK']._serialized_start=1520
+  _globals['_TASK']._serialized_end=1599
+  _globals['_SPLIT']._serialized_start=1601
+  _globals['_SPLIT']._serialized_end=1673
+  _globals['_LOSS']._serialized_start=1675
+  _globals['_LOSS']._serialized_end=1755
+  _globals['_OUTPUT']._serialized_start=1757
+  _globals['_OUTPUT']._serialized_end=1853
   _globals['_APPROXIMATION']._serialized_start=55
   _globals['_APPROXIMATION']._serialized_end=238
   _globals['_APPROXIMATION_KNOBSENTRY']._serialized_start=194
@@ -59,13 +59,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DATABINDING']._serialized_start=524
   _globals['_DATABINDING']._serialized_end=586
   _globals['_PRIVATEWEIGHTS']._serialized_start=588
-  _globals['_PRIVATEWEIGHTS']._serialized_end=634
-  _globals['_WEIGHTSOURCE']._serialized_start=636
-  _globals['_WEIGHTSOURCE']._serialized_end=746
-  _globals['_HYPERPARAMETERS']._serialized_start=749
-  _globals['_HYPERPARAMETERS']._serialized_end=1002
-  _globals['_REVEAL']._serialized_start=1004
-  _globals['_REVEAL']._serialized_end=1066
-  _globals['_JOBSPEC']._serialized_start=1069
-  _globals['_JOBSPEC']._serialized_end=1498
+  _globals['_PRIVATEWEIGHTS']._serialized_end=654
+  _globals['_WEIGHTSOURCE']._serialized_start=656
+  _globals['_WEIGHTSOURCE']._serialized_end=766
+  _globals['_HYPERPARAMETERS']._serialized_start=769
+  _globals['_HYPERPARAMETERS']._serialized_end=1022
+  _globals['_REVEAL']._serialized_start=1024
+  _globals['_REVEAL']._serialized_end=1086
+  _globals['_JOBSPEC']._serialized_start=1089
+  _globals['_JOBSPEC']._serialized_end=1518
 # @@protoc_insertion_point(module_scope)

@@ -106,12 +106,14 @@ class DataBinding(_message.Message):
     def __init__(self, party: _Optional[str] = ..., dataset: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PrivateWeights(_message.Message):
-    __slots__ = ("party", "model")
+    __slots__ = ("party", "model", "commitment")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    COMMITMENT_FIELD_NUMBER: _ClassVar[int]
     party: str
     model: str
-    def __init__(self, party: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    commitment: str
+    def __init__(self, party: _Optional[str] = ..., model: _Optional[str] = ..., commitment: _Optional[str] = ...) -> None: ...
 
 class WeightSource(_message.Message):
     __slots__ = ("init_seed", "private", "from_job")
