@@ -200,7 +200,7 @@ def _check_weights(spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]) 
             )
         if owner.commitment and owner.commitment != info.commitment:
             raise SpecError(
-                f"the job pins party {owner.party!r}'s model {owner.model!r} to "
+                f"the job pins model {owner.model!r} of party {owner.party!r} to "
                 f"{owner.commitment}, and its weights are now {info.commitment}"
             )
         _check_keys(spec, owner, info)
@@ -222,14 +222,14 @@ def _check_keys(spec: jpb.JobSpec, owner: jpb.PrivateWeights, info: cpb.ModelInf
             return ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
 
         raise SpecError(
-            f"party {owner.party!r}'s model {owner.model!r} does not fit the job's graph: it "
+            f"model {owner.model!r} of party {owner.party!r} does not fit the job's graph: it "
             f"lacks {listed(missing)}"
             + (f"; it has keys the graph does not use: {listed(extra)}" if extra else "")
         )
     for key, shape in wanted.items():
         if held[key] != shape:
             raise SpecError(
-                f"party {owner.party!r}'s model {owner.model!r}: {key!r} has shape {held[key]}, "
+                f"model {owner.model!r} of party {owner.party!r}: {key!r} has shape {held[key]}, "
                 f"the graph's is {shape}"
             )
 

@@ -322,6 +322,7 @@ class JobComputation:
         if task == jpb.TASK_TRAIN:
             self._keep_shares()
             outputs += self.reveal.weights(self._tensors(self.model))
+            outputs += self.reveal.metrics_output()  # each round's loss, as it was revealed
         if task == jpb.TASK_EVALUATE:
             shares = self.reveal.metrics(0, self._evaluation())
             outputs += self.reveal.metrics_output()

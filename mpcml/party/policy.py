@@ -262,6 +262,14 @@ class Rule:
     min_rows: int = DEFAULT_MIN_ROWS
     where: str = "policy"
     """Where the rule is written, for messages (`policy` or `policy.for_dataset.NAME`)."""
+    min_rows_from: str = ""
+    """Where its `min_rows` is written ("": nowhere, the default)."""
+
+    def floor(self) -> str:
+        """The floor and the setting it comes from, for messages."""
+        if not self.min_rows_from:
+            return f"the default min_rows is {self.min_rows} (policy.min_rows sets it)"
+        return f"{self.min_rows_from}.min_rows is {self.min_rows}"
 
     def allows(self, output: str, who: str) -> bool:
         """Whether `who` may receive `output`."""
@@ -290,11 +298,13 @@ class Rule:
             entries = entries if isinstance(entries, list) else [entries]
             graphs = tuple(Admit.parse(e, f"{where}.graphs[{i}]") for i, e in enumerate(entries))
         min_rows = base.min_rows if base else DEFAULT_MIN_ROWS
+        min_rows_from = base.min_rows_from if base else ""
         if "min_rows" in table:
+            min_rows_from = where
             min_rows = table["min_rows"]
             if not isinstance(min_rows, int) or isinstance(min_rows, bool) or min_rows < 1:
                 raise ConfigError(f"{where}.min_rows must be a whole number >= 1, got {min_rows!r}")
-        return cls(outputs_to, graphs, min_rows, where)
+        return cls(outputs_to, graphs, min_rows, where, min_rows_from)
 
 
 def _outputs_to(value: Any, where: str) -> dict[str, tuple[str, ...]]:
@@ -467,7 +477,7 @@ def _floor(
                         False,
                         f"{output_name} computed from its dataset {name!r} would reach "
                         f"{others[0]!r} from as few as {c.rows} of its rows ({c.why}), and "
-                        f"{rule.where}.min_rows is {rule.min_rows}",
+                        f"{rule.floor()}",
                     )
             if record is not None and (kind, name) in record.sources:
                 trained = record.rows.get(name, 0)
@@ -476,7 +486,6 @@ def _floor(
                         False,
                         f"{output_name} computed from its dataset {name!r} would reach "
                         f"{others[0]!r} through job {earlier}'s model, trained on "
-                        f"{trained or 'an unrecorded number'} of its rows, and {rule.where}"
-                        f".min_rows is {rule.min_rows}",
+                        f"{trained or 'an unrecorded number'} of its rows, and {rule.floor()}",
                     )
     return Verdict(True)

@@ -313,7 +313,9 @@ def _mse_train(batch_size: int, per_round: int, to: str = "alice") -> jpb.JobSpe
 
 
 def test_a_metric_over_fewer_than_min_rows_rows_is_refused_naming_the_numbers() -> None:
-    policy = _policy("[policy]\nsubmitters = '*'\noutputs_to = { metrics = ['alice'] }\n")
+    policy = _policy(
+        "[policy]\nsubmitters = '*'\noutputs_to = { metrics = ['alice'] }\nmin_rows = 32"
+    )
     rows = ([455], [455])
     verdict = check(policy, "bob", _mse_train(1, 1), ANALYST, _never, rows)
     assert verdict.reason == (
@@ -365,6 +367,7 @@ def test_the_floor_covers_evaluations_weights_and_models_trained_earlier() -> No
     verdict = check(policy, "bob", infer, ANALYST, _lineage("few", rows=20), ([100], []))
     assert verdict.reason == (
         f"predictions computed from its dataset 'few' would reach 'alice' through job "
-        f"{'t' * 32}'s model, trained on 20 of its rows, and policy.min_rows is 32"
+        f"{'t' * 32}'s model, trained on 20 of its rows, and the default min_rows is 32 "
+        "(policy.min_rows sets it)"
     )
     assert check(policy, "bob", infer, ANALYST, _lineage("few", rows=500), ([100], [])).allowed

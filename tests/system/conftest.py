@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from mpcml.api.client import Client
 from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
+from mpcml.graph.digest import graph_digest, weights_commitment
+from mpcml.graph.trace import trace
 
 H_SPLIT = 228
 """Horizontal split: alice holds the first 228 training rows (by id), bob the rest."""
@@ -25,6 +28,12 @@ TUNABLE = {"digits-tanh": models.DigitsTanhMLP, "digits-cnn": models.DigitsCNN}
 """bob's private models with non-linear nodes to approximate, by catalogue name."""
 ADMIN = "ops"
 """The client the coordinator's `admins` names: it may act on every job."""
+AGREED = nn.Sequential(nn.Linear(15, 1))
+"""The consortium's agreed model in the security tests: bob's `bc-agreed` admits its graph."""
+AGREED_WEIGHTS = {"0.weight": torch.full((1, 15), 0.1), "0.bias": torch.tensor([0.5])}
+"""alice's private weights for it that bob's policy pins by commitment (`agreed`)."""
+SELECT0 = {"0.weight": torch.eye(15)[:1].clone(), "0.bias": torch.zeros(1)}
+"""alice's attacking weights for the agreed graph: they select their input's column 0."""
 
 
 def _write_csv(path: Path, header: list[str], rows: np.ndarray) -> None:
@@ -67,6 +76,7 @@ def _extend_profiles(parties: Path) -> None:
             'metrics = ["carol", "coordinator"] }\n'
         )
         f.write('\n[models.identity]\npath = "identity.pt"\n')
+    _extend_for_attacks(parties)
     # bob's digits classifiers with Tanh and Softmax (the approximation tests), and alice's
     # test images as 1x8x8 for the convolutional one.
     digits = data.digits()
@@ -80,6 +90,55 @@ def _extend_profiles(parties: Path) -> None:
     np.savez(images, x=digits.x_test.reshape(-1, 1, 8, 8), id=digits.id_test)
     with (parties / "alice" / "party.toml").open("a") as f:
         f.write('\n[datasets.digits-images]\npath = "data/digits_images.npz"\nid_column = "id"\n')
+
+
+def _extend_for_attacks(parties: Path) -> None:
+    """The two routes of issue 23 and their legitimate twins (tests/system/test_security.py).
+
+    alice holds labels of 100 for every bc-train id, the agreed model's weights (`agreed`), the
+    attacking weights (`select0`), LogisticRegression weights, and a bare Linear whose keys do
+    not fit a Sequential's graph. bob lets alice receive the metrics of bc-train, and has a
+    copy of bc-train (`bc-agreed`) that admits only the agreed graph, trained from the seed on
+    his rows or with alice's pinned weights, with predictions to alice.
+    """
+    ids = np.loadtxt(parties / "bob" / "data" / "bc_train.csv", delimiter=",", skiprows=1)[:, 0]
+    _write_csv(
+        parties / "alice" / "data" / "hundreds.csv",
+        ["id", "label"],
+        np.column_stack([ids, np.full(len(ids), 100.0)]),
+    )
+    weights = {
+        "agreed": AGREED_WEIGHTS,
+        "select0": SELECT0,
+        "logreg": models.LogisticRegression().state_dict(),
+        "bare-linear": nn.Linear(15, 1).state_dict(),
+    }
+    with (parties / "alice" / "party.toml").open("a") as f:
+        f.write('\n[datasets.hundreds]\npath = "data/hundreds.csv"\nid_column = "id"\n')
+        for name, state in weights.items():
+            torch.save(state, parties / "alice" / f"{name}.pt")
+            f.write(f'\n[models.{name}]\npath = "{name}.pt"\n')
+        f.write(
+            '\n[policy.for_model.select0]\n'
+            'outputs_to = { predictions = ["bob"], metrics = ["coordinator"] }\n'
+        )
+    shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "agreed.csv")
+    digest = graph_digest(trace(AGREED))
+    commitment = weights_commitment(AGREED_WEIGHTS)
+    with (parties / "bob" / "party.toml").open("a") as f:
+        f.write('\n[datasets.bc-agreed]\npath = "data/agreed.csv"\nid_column = "id"\n')
+        f.write(
+            '\n[policy.for_dataset.bc-train]\noutputs_to = { predictions = ["carol"], '
+            'weights = ["carol"], metrics = ["carol", "alice", "coordinator"] }\n'
+        )
+        f.write(
+            "\n[policy.for_dataset.bc-agreed]\n"
+            'outputs_to = { predictions = ["alice"], metrics = ["alice"] }\n'
+            f'graphs = ["{digest}", {{ graph = "{digest}", weights = {{ party = "alice", '
+            f'model = "agreed", commitment = "{commitment}" }} }}]\n'
+        )
+    toml = parties / "bob" / "party.toml"
+    toml.write_text(toml.read_text().replace('"h-train"]', '"h-train", "bc-agreed"]', 1))
 
 
 @pytest.fixture(scope="module")

@@ -109,7 +109,7 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
             Job.infer(
                 from_job="",
                 model=models.LogisticRegression(),
-                weights={"bob": "digits-mlp"},
+                weights={"alice": "logreg"},
                 features={"alice": "bc-test", "bob": "bc-test-positional"},
             ),
         ),
