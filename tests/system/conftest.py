@@ -119,7 +119,7 @@ def _extend_for_attacks(parties: Path) -> None:
             torch.save(state, parties / "alice" / f"{name}.pt")
             f.write(f'\n[models.{name}]\npath = "{name}.pt"\n')
         f.write(
-            '\n[policy.for_model.select0]\n'
+            "\n[policy.for_model.select0]\n"
             'outputs_to = { predictions = ["bob"], metrics = ["coordinator"] }\n'
         )
     shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "agreed.csv")
