@@ -196,6 +196,20 @@ def test_weights_trained_from_the_seed_on_bobs_rows_reveal_predictions_where_all
     }
     first = client.submit(Job.train(model=AGREED, seed=4, **train))  # type: ignore[arg-type]
     assert first.wait(timeout=240).state == cpb.COMPLETED
+    # What each party keeps of the model (and checkpoints) is a share: alone it says nothing,
+    # together the shares are the trained weights.
+    x = _bob_rows(cluster, "agreed.csv")
+    one_epoch = _plain_mse(x, epochs=1, lr=0.01, seed=4).state_dict()["0.weight"]
+    kept = [
+        torch.load(
+            cluster.workdir / p / "state" / "jobs" / first.id / "model.shares.pt", weights_only=True
+        )["shares"]["0.weight"]
+        for p in ("bob", "alice")
+    ]
+    together = (kept[0] + kept[1]).double() / 2**16
+    assert torch.allclose(together.float(), one_epoch, atol=0.01)
+    for share in kept:
+        assert (share.double() / 2**16 - one_epoch).abs().min() > 1.0
     second = client.submit(Job.train(from_job=first.id, **train))  # type: ignore[arg-type]
     assert second.wait(timeout=240).state == cpb.COMPLETED
     infer = client.submit(
@@ -209,7 +223,6 @@ def test_weights_trained_from_the_seed_on_bobs_rows_reveal_predictions_where_all
     status = infer.wait(timeout=120)
     assert status.state == cpb.COMPLETED, status.reason
     values, _ = predictions(infer.result(), "alice")
-    x = _bob_rows(cluster, "agreed.csv")
     trained = _plain_mse(x, epochs=2, lr=0.01, seed=4)
     with torch.no_grad():
         plain = trained(torch.from_numpy(x).float()).numpy()
