@@ -8,6 +8,7 @@ unencrypted).
 from __future__ import annotations
 
 import csv
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +138,9 @@ def load_model(name: str, path: Path, commitment: str = "") -> dict[str, Any]:
 
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
-    except (OSError, RuntimeError, ValueError, EOFError) as exc:
-        raise DataError(f"model {name!r}: cannot load {path}: {exc}") from None
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"model {name!r}: cannot load {path}: {first}") from None
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
