@@ -67,7 +67,7 @@ def _extend_profiles(parties: Path) -> None:
     with torch.no_grad():
         identity.weight.copy_(torch.eye(15))
         identity.bias.zero_()
-    torch.save(identity.state_dict(), parties / "alice" / "identity.pt")
+    torch.save(nn.Sequential(identity).state_dict(), parties / "alice" / "identity.pt")  # 0.*
     with (parties / "alice" / "party.toml").open("a") as f:
         f.write('\n[policy.for_dataset.h-train]\noutputs_to = ["bob"]\n')
         f.write(
