@@ -62,17 +62,18 @@ def _segments(
 
 
 def _fewest_per_round(
-    plan: RoundPlan, lo: int, hi: int, order: Callable[[int], np.ndarray | None]
+    plan: RoundPlan, lo: int, hi: int, order: Callable[[int], np.ndarray]
 ) -> tuple[int, int]:
-    """(rows, round): the fewest rows of [lo, hi) in a round that holds any of them."""
+    """(rows, round): the fewest rows of [lo, hi) in a round that holds any of them.
+
+    `order(epoch)` is the epoch's row order.
+    """
     cumulative: dict[int, np.ndarray] = {}
 
     def inside(epoch: int) -> np.ndarray:
         if epoch not in cumulative:
-            perm = order(epoch)
-            rows = np.arange(plan.rows) if perm is None else perm
-            mask = (rows >= lo) & (rows < hi)
-            cumulative[epoch] = np.concatenate([[0], np.cumsum(mask)])
+            rows = order(epoch)
+            cumulative[epoch] = np.concatenate([[0], np.cumsum((rows >= lo) & (rows < hi))])
         return cumulative[epoch]
 
     best = (hi - lo, 0)
@@ -89,11 +90,7 @@ def _fewest_per_round(
         elif any(stop - start == plan.rows for start, stop in pieces.values()):
             count = hi - lo
         else:  # the end of one epoch and the start of the next: count rows of both once
-            seen = []
-            for epoch, (start, stop) in pieces.items():
-                perm = order(epoch)
-                rows = np.arange(plan.rows) if perm is None else perm
-                seen.append(rows[start:stop])
+            seen = [order(epoch)[start:stop] for epoch, (start, stop) in pieces.items()]
             every = np.unique(np.concatenate(seen))
             count = int(((every >= lo) & (every < hi)).sum())
         if 0 < count < best[0]:
@@ -125,12 +122,18 @@ def coverage(
     plan = round_plan(spec, max(total, 1))
     h = spec.hyper
 
-    def order(epoch: int) -> np.ndarray | None:
-        if not h.shuffle:
-            return None
-        from mpcml.jobs.order import epoch_order  # torch: only where a job shuffles
+    orders: dict[int, np.ndarray] = {}
 
-        return epoch_order(plan.rows, int(h.shuffle_seed), epoch).numpy()
+    def order(epoch: int) -> np.ndarray:
+        """The epoch's row order, drawn once for every binding."""
+        if epoch not in orders:
+            if h.shuffle:
+                from mpcml.jobs.order import epoch_order  # torch: only where a job shuffles
+
+                orders[epoch] = epoch_order(plan.rows, int(h.shuffle_seed), epoch).numpy()
+            else:
+                orders[epoch] = np.arange(plan.rows)
+        return orders[epoch]
 
     for binding, (lo, hi) in segments.items():
         mine: dict[int, Coverage] = {}

@@ -237,14 +237,14 @@ def _check_keys(spec: jpb.JobSpec, owner: jpb.PrivateWeights, info: cpb.ModelInf
 def binding_rows(
     spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]
 ) -> tuple[list[int], list[int]]:
-    """The registered rows of each features and labels binding, in binding order."""
+    """The registered rows of each features and labels binding, in binding order.
 
-    def rows(binding: jpb.DataBinding) -> int:
-        return next(
-            (int(d.rows) for d in parties[binding.party].datasets if d.name == binding.dataset), 0
-        )
-
-    return [rows(b) for b in spec.features], [rows(b) for b in spec.labels]
+    For a spec `validate` passed: every binding names a registered dataset.
+    """
+    return (
+        [int(_dataset(b, parties, "features").rows) for b in spec.features],
+        [int(_dataset(b, parties, "labels").rows) for b in spec.labels],
+    )
 
 
 def pin_weights(spec: jpb.JobSpec, parties: Mapping[str, cpb.AttachRequest]) -> None:

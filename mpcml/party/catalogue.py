@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,22 @@ def load_model(name: str, path: Path, commitment: str = "") -> dict[str, Any]:
             "weights changed after the job was submitted"
         )
     return state
+
+
+def committed_model(
+    models: Mapping[str, Path], owner: str, name: str, commitment: str
+) -> dict[str, Any]:
+    """Party `owner`'s model `name` as a job runs it.
+
+    Only if the job pins it by commitment and the stored weights still match: checked when the
+    job is vetted and again before the weights are shared.
+    """
+    path = models.get(name)
+    if path is None:
+        raise DataError(f"party {owner!r} has no model {name!r}")
+    if not commitment:
+        raise DataError(f"the job names no commitment for model {name!r}")
+    return load_model(name, path, commitment)
 
 
 def describe_model(name: str, path: Path) -> cpb.ModelInfo:

@@ -23,7 +23,7 @@ from mpcml.jobs.coverage import dataset_rows
 from mpcml.jobs.order import epoch_order
 from mpcml.jobs.spec import RoundPlan, batch_size, recipients, round_plan
 from mpcml.party import policy, provenance
-from mpcml.party.catalogue import DataError, load_model
+from mpcml.party.catalogue import DataError, committed_model
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import (
     atomic_write,
@@ -141,12 +141,9 @@ class JobComputation:
             owner = spec.weights.private
             src = self.ranks[owner.party]
             if owner.party == self.me:
-                path = self.config.models.get(owner.model)
-                if path is None:
-                    raise DataError(f"party {self.me!r} has no model {owner.model!r}")
-                if not owner.commitment:
-                    raise DataError(f"the job names no commitment for model {owner.model!r}")
-                load_weights(net, graph, load_model(owner.model, path, owner.commitment))
+                models = self.config.models
+                state = committed_model(models, self.me, owner.model, owner.commitment)
+                load_weights(net, graph, state)
         net.encrypt(src=src)
         if source == "from_job":
             self._load_shares(net, spec.weights.from_job)

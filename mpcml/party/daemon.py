@@ -154,15 +154,10 @@ class PartyDaemon:
         )
         private = spec.weights.private
         if verdict.allowed and spec.weights.HasField("private") and private.party == config.name:
-            path = config.models.get(private.model)
             try:
-                if path is None:
-                    raise catalogue.DataError(f"it has no model {private.model!r}")
-                if not private.commitment:
-                    raise catalogue.DataError(
-                        f"the job names no commitment for its model {private.model!r}"
-                    )
-                catalogue.load_model(private.model, path, private.commitment)
+                catalogue.committed_model(
+                    config.models, config.name, private.model, private.commitment
+                )
             except catalogue.DataError as exc:
                 verdict = policy.Verdict(False, str(exc))
         if not verdict.allowed:

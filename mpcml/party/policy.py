@@ -55,7 +55,6 @@ OUTPUTS = {
     "weights": jpb.OUTPUT_WEIGHTS,
     "metrics": jpb.OUTPUT_METRICS,
 }
-NAMES = {v: k for k, v in OUTPUTS.items()}
 
 Source = tuple[str, str]
 """("dataset" or "model", its name in the party's catalogue)."""
@@ -137,9 +136,11 @@ class Weights:
     def __str__(self) -> str:
         if not self.earlier_job:
             return "weights from the job's seed" if self.start == SEED else str(self.start)
-        start = {SEED: "the seed", None: "an unrecorded start"}.get(
-            self.start if not isinstance(self.start, Pinned) else "", str(self.start)
-        )
+        start = str(self.start)
+        if self.start == SEED:
+            start = "the seed"
+        elif self.start is None:
+            start = "an unrecorded start"
         mine = "some" if self.trained_on_mine else "none"
         return f"job {self.earlier_job}'s model (trained from {start}, on {mine} of its datasets)"
 

@@ -11,6 +11,7 @@ party.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -67,4 +68,5 @@ def catalogue(config: PartyConfig) -> frozenset[Source]:
 
 def lineage(config: PartyConfig) -> Lineage:
     """The party's own record of each trained model's sources."""
-    return lambda job_id: read(config.job_state(job_id), catalogue(config))
+    # Cached: one policy check asks for the same record several times (sources, weights, rows).
+    return functools.cache(lambda job_id: read(config.job_state(job_id), catalogue(config)))
