@@ -87,10 +87,15 @@ def tensor_header(tensor: torch.Tensor) -> pb.TensorHeader:
 
 
 def _host_bytes(tensor: torch.Tensor) -> memoryview:
-    # CUDA shares move through host memory (docs/architecture.md).
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    # CUDA shares move through host memory (docs/architecture.md). `reshape` copies only what
+    # cannot be viewed flat; a view whose step is not 1 (a column of a share, or one element of
+    # an expanded or unbound one, which `contiguous()` leaves alone because a size-1 dimension
+    # does not count) is copied once so that its bytes are in logical order.
+    flat = tensor.detach().to("cpu").reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
+    if flat.stride(0) != 1:
+        flat = flat.clone(memory_format=torch.contiguous_format)
     return memoryview(flat.view(torch.uint8).numpy().data)
 
 

@@ -83,6 +83,7 @@ def reference(world_size: int) -> dict[str, torch.Tensor]:
         "softmax": d["logits"].softmax(dim=1),
         "a2b2a": x.clone(),
         "binary_xor": (x * 2**16).long().bitwise_xor((y * 2**16).long()).double(),
+        **_strided(x, y),
     }
     out.update(_plain_logreg(d))
     return out
@@ -137,6 +138,22 @@ def _secure_logreg(d: dict[str, torch.Tensor], world_size: int) -> dict[str, tor
     }
 
 
+def _strided(x: Any, y: Any) -> dict[str, Any]:
+    """Shares that are views with odd strides, revealed and multiplied (issue 35): `x` and `y`
+    are 8x8, secret or plaintext; the same code gives the secure result and its reference."""
+    column = x[:, 2]
+    return {
+        "transposed_mul": x.t() * y.t(),
+        "column_mul": column * y[:, 5],
+        "unbound_one": x[:1].unbind(1)[3],
+        "unbound_one_mul": x[:1].unbind(1)[3] * y[:1].unbind(1)[4],
+        "expanded_mul": x[:1, :1].expand(4, 3) * y[:4, :3],
+        "broadcast_mul": x[:1] * y,
+        "sliced_one": column[6:7],
+        "sliced_one_matmul": x[:1, 4:5].matmul(y[6:7, :]),
+    }
+
+
 def ops(s: mpcml.Session) -> dict[str, torch.Tensor]:
     """Every operation the tests compare with plaintext PyTorch."""
     n = s.world_size
@@ -174,6 +191,7 @@ def ops(s: mpcml.Session) -> dict[str, torch.Tensor]:
         "softmax": crypten.cryptensor(d["logits"], src=0).softmax(dim=1),
         "a2b2a": binary.to(crypten.mpc.arithmetic),
     }
+    out.update(_strided(x, y))
     result = {name: t.get_plain_text() for name, t in out.items()}
     # Binary shares of integers: XOR, revealed (CrypTen's BXOR reduce).
     result["binary_xor"] = (xb ^ yb).reveal().double()

@@ -67,10 +67,38 @@ def test_hand_appended_data_field_is_the_protobuf_encoding() -> None:
     assert frame.data == tensor.numpy().tobytes()
 
 
-def test_non_contiguous_tensor_is_sent_in_logical_order() -> None:
-    tensor = torch.arange(12).reshape(3, 4).t()
-    [message] = _reassemble(framing.tensor_frames(0, pb.OP_SEND, tensor, 8))
-    assert torch.equal(message.tensor_or_raise(), tensor)
+STRIDED = {
+    "transposed": torch.arange(12).reshape(3, 4).t(),
+    "column": torch.arange(12).reshape(3, 4)[:, 1],
+    "broadcast": torch.arange(4).expand(3, 4),
+    "broadcast one element": torch.tensor(7).expand(1),
+    "expanded one element": torch.tensor([[5]]).expand(1, 1),
+    "unbound one element": torch.arange(10).reshape(2, 5)[:1].unbind(1)[2],
+    "sliced one element": torch.arange(10).reshape(2, 5)[:, 3][1:],
+    "step slice": torch.arange(20)[::3],
+    "offset view": torch.arange(20).reshape(4, 5)[2:, 1:4],
+}
+
+
+@pytest.mark.parametrize("tensor", STRIDED.values(), ids=STRIDED.keys())
+def test_tensor_of_any_strides_is_sent_in_logical_order(tensor: torch.Tensor) -> None:
+    """gloo sends such tensors, and CrypTen hands them over (issue 35: a one-element view whose
+    stride is not 1 crashed the sender)."""
+    for obj in (False, True):
+        if obj:
+            frames = [framing.object_frame(0, pb.OP_OBJECT, tensor)]
+        else:
+            frames = framing.tensor_frames(0, pb.OP_SEND, tensor, 8)
+        [message] = _reassemble(frames)
+        received = message.value if obj else message.tensor_or_raise()
+        assert received.shape == tensor.shape and torch.equal(received, tensor)
+
+
+def test_contiguous_tensor_is_not_copied_to_be_sent() -> None:
+    tensor = torch.arange(1000, dtype=torch.int64)
+    data = framing._host_bytes(tensor)
+    tensor[0] = 42  # the bytes to send are the tensor's own memory
+    assert int.from_bytes(data[:8], "little", signed=True) == 42
 
 
 OBJECTS: list[Any] = [
