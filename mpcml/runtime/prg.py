@@ -246,11 +246,14 @@ def _setup_prng() -> None:
         stream = ChaChaStream(key.numpy().tobytes())
         for generator in crypten.generators[name].values():
             _STREAMS[id(generator)] = stream
-    # CrypTen still draws dropout masks from the torch "global" generator itself; seed it from
-    # the shared stream so that every party draws the same masks.
-    seed = int(_STREAMS[id(crypten.generators["global"][devices[0]])].ring((1,)).item())
-    for generator in crypten.generators["global"].values():
-        generator.manual_seed(seed & (2**63 - 1))
+    # CrypTen still draws dropout masks from the torch "global" generator itself, and code
+    # beyond the two replaced functions may use any of them: seed each from its own stream, so
+    # that the parties that share a key share a seed (prev with the previous party's next, as
+    # CrypTen's test_przs_generators checks) and no generator keeps torch's fixed default seed.
+    for name in keys:
+        seed = int(_STREAMS[id(crypten.generators[name][devices[0]])].ring((1,)).item())
+        for generator in crypten.generators[name].values():
+            generator.manual_seed(seed & (2**63 - 1))
 
 
 _installed = False
