@@ -7,7 +7,7 @@ CRYPTEN_SPEC ?= crypten==0.4.1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mpcml-installed
 
-.PHONY: install test test-fast lint format proto bench demo clean
+.PHONY: install test test-fast test-crypten lint format proto bench demo clean
 
 install: $(STAMP)
 
@@ -21,9 +21,14 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # The whole suite, with the coverage of the test process (daemons' and workers' own lines are
-# not counted: they run in processes of their own).
+# not counted: they run in processes of their own). Of CrypTen's own tests it runs the quick
+# ones (tests/crypten_suite/suites.py); `make test-crypten` runs them all.
 test: install
-	$(PY) -m pytest -q --cov --cov-report=term:skip-covered
+	$(PY) -m pytest -q -m "not crypten_full" --cov --cov-report=term:skip-covered
+
+# CrypTen's own test suites over mpcml.session, every test of every suite (tests/crypten_suite).
+test-crypten: install
+	$(PY) -m pytest -q -m crypten tests/crypten_suite
 
 # The fast tier: no daemons, no party sessions (the `system` marker); under 3 minutes.
 test-fast: install

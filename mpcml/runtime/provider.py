@@ -308,6 +308,12 @@ def _request(
     return request
 
 
+_NO_CACHE = (
+    "the dealer provider keeps no tuple cache to trace, fill, save or load: the dealer sends "
+    "each tuple's correction ahead of its use; run without crypten.trace/fill_cache"
+)
+
+
 class DealerProvider:
     """CrypTen's TupleProvider interface, answered from the dealer."""
 
@@ -382,6 +388,12 @@ class DealerProvider:
         """A random bit, arithmetically and binary shared."""
         bit, arithmetic = self._shares(_request(pb.B2A, size), device)
         return self._arithmetic(arithmetic), self._binary(bit)
+
+    def _no_cache(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse CrypTen's tuple-cache calls by name: the dealer sends tuples ahead anyway."""
+        raise DealerError(_NO_CACHE)
+
+    trace = trace_once = fill_cache = save_cache = load_cache = _no_cache
 
     @staticmethod
     def _init() -> None:

@@ -1,0 +1,123 @@
+"""Which of CrypTen's test classes run, at how many parties, on which provider; which tests CI runs.
+
+Classes that fix TFP (CrypTen's `TestTFP`) run on TFP as CrypTen runs them, and most also on the
+dealer; the classes that fix no provider run on the dealer. Each module runs at 2 and 3 parties,
+except `test_communicator`, whose tests are written for two parties (`1 - rank` as the peer, a
+gather compared with `[0, 1]`, and a byte count CrypTen's own communicator only meets at two).
+`make test-crypten` runs every test of every suite; `make test` runs, of each suite, the tests
+not in `SLOW`.
+"""
+
+from __future__ import annotations
+
+from tests.crypten_suite.harness import Suite
+
+SUITES = [
+    Suite("test.test_mpc", "TestTFP", 2, "TFP"),
+    Suite("test.test_mpc", "TestTFP", 2, "dealer"),
+    Suite("test.test_mpc", "Test3PC", 3, "dealer"),
+    Suite("test.test_communicator", "TestCommunicatorMultiProcess", 2, "dealer"),
+    Suite("test.test_binary", "TestBinary", 2, "dealer"),
+    Suite("test.test_binary", "TestBinary", 3, "TFP"),
+    Suite("test.test_arithmetic", "TestArithmetic", 2, "dealer"),
+    Suite("test.test_arithmetic", "TestArithmetic", 3, "TFP"),
+    Suite("test.test_autograd", "TestTFP", 2, "TFP"),
+    Suite("test.test_autograd", "TestTFP", 3, "dealer"),
+    Suite("test.test_nn", "TestTFP", 2, "TFP"),
+    Suite("test.test_nn", "TestTFP", 3, "dealer"),
+    Suite("test.test_gradients", "TestTFP", 2, "TFP"),
+    Suite("test.test_gradients", "TestTFP", 3, "dealer"),
+    Suite("test.test_crypten", "TestCrypten", 2, "dealer"),
+    Suite("test.test_crypten", "TestCrypten", 3, "TFP"),
+    Suite("test.test_optim", "TestTFP", 2, "TFP"),
+    Suite("test.test_optim", "TestTFP", 3, "dealer"),
+    Suite("test.test_distributions", "TestTFP", 2, "TFP"),
+    Suite("test.test_distributions", "TestTFP", 3, "dealer"),
+]
+
+_CONV = [
+    f"test_conv{kind}_{shape}_{channels}"
+    for kind, shapes in (
+        ("1d", ("larger_signal", "smaller_signal")),
+        ("2d", ("rectangular_image", "square_image")),
+    )
+    for shape in shapes
+    for channels in ("one_channel", "many_channels")
+]
+_REDUCTIONS = ("pairwise", "log_reduction", "double_log_reduction", "accelerated_cascade")
+
+SLOW: dict[str, frozenset[str]] = {
+    # Tests that took over 2 s on some suite (`python -m tests.crypten_suite.harness MODULE
+    # CLASS PARTIES PROVIDER` prints each test's seconds): convolutions, max/argmax, division
+    # and the loops over many sizes. Measured on 2 cores: test_mpc.TestTFP at 2 parties on the
+    # dealer, 27 such tests 686 s, the other 51 together 12 s.
+    "test.test_mpc": frozenset(
+        [
+            *_CONV,
+            *(
+                f"test_conv_transpose2d_{s}"
+                for s in (
+                    "square_image_one_channel",
+                    "square_image_many_channels",
+                    "rectangular_image_one_channel",
+                    "rectangular_image_many_channels",
+                )
+            ),
+            *(f"test_max_min_{r}" for r in _REDUCTIONS),
+            *(f"test_argmax_argmin_{r}" for r in _REDUCTIONS),
+            "test_adaptive_pooling",
+            "test_broadcast_arithmetic_ops",
+            "test_max_pooling",
+            "test_norm",
+            "test_dropout",
+            "test_hardtanh",
+            "test_softmax",
+        ]
+    ),
+    "test.test_arithmetic": frozenset(_CONV),
+    "test.test_gradients": frozenset(
+        [
+            *_CONV,
+            *(f"test_max_min_reductions_{r}" for r in _REDUCTIONS),
+            "test_arithmetic",
+            "test_avg_pool2d",
+            "test_cat_stack",
+            "test_cosine_similarity",
+            "test_cross_entropy",
+            "test_div",
+            "test_hardtanh",
+            "test_log_softmax",
+            "test_magic_pow",
+            "test_matmul",
+            "test_max_pool2d",
+            "test_norm",
+            "test_pad",
+            "test_pow",
+            "test_rappor_loss",
+            "test_rtruediv",
+            "test_softmax",
+            "test_truediv",
+            "test_unary_functions",
+            "test_var",
+        ]
+    ),
+    "test.test_nn": frozenset(
+        [
+            "test_batchnorm_module",
+            "test_custom_module_training",
+            "test_losses",
+            "test_non_pytorch_modules",
+            "test_pytorch_modules",
+            "test_training",
+        ]
+    ),
+    "test.test_crypten": frozenset(["test_rand"]),
+    "test.test_distributions": frozenset(["test_bernoulli"]),
+    "test.test_binary": frozenset(["test_bitwise_broadcasting"]),
+    "test.test_autograd": frozenset(["test_non_differentiable_marking"]),
+}
+
+
+def in_ci(suite: Suite, name: str) -> bool:
+    """Whether `make test` (and so CI) runs this test of this suite."""
+    return name not in SLOW.get(suite.module, frozenset())
