@@ -44,8 +44,8 @@ class Suite:
     world_size: int
     provider: str
     """"TFP" (CrypTen's insecure trusted first party) or "dealer" (`mpcml dealer`)."""
-    ci: bool = False
-    """Whether `make test` runs it; `make test-crypten` runs every suite."""
+    heavy: bool = True
+    """Whether `make test-crypten` runs this suite's slow tests too (`suites.SLOW`)."""
 
     @property
     def id(self) -> str:

@@ -4,8 +4,8 @@ Classes that fix TFP (CrypTen's `TestTFP`) run on TFP as CrypTen runs them, and 
 dealer; the classes that fix no provider run on the dealer. Each module runs at 2 and 3 parties,
 except `test_communicator`, whose tests are written for two parties (`1 - rank` as the peer, a
 gather compared with `[0, 1]`, and a byte count CrypTen's own communicator only meets at two).
-`make test-crypten` runs every test of every suite; `make test` runs, of each suite, the tests
-not in `SLOW`.
+`make test-crypten` runs every test of every suite (but the slow ones of a suite that is not
+`heavy`); `make test` runs, of each suite, the tests not in `SLOW`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from tests.crypten_suite.harness import Suite
 SUITES = [
     Suite("test.test_mpc", "TestTFP", 2, "TFP"),
     Suite("test.test_mpc", "TestTFP", 2, "dealer"),
-    Suite("test.test_mpc", "Test3PC", 3, "dealer"),
+    # Its slow tests took 60-150 s each here (16 of 78 run, all passed, in 18 min: the dealer's
+    # round trips at 3 parties, issue 24); at 3 parties they run on TFP.
+    Suite("test.test_mpc", "Test3PC", 3, "dealer", heavy=False),
+    Suite("test.test_mpc", "Test3PC", 3, "TFP"),
     Suite("test.test_communicator", "TestCommunicatorMultiProcess", 2, "dealer"),
     Suite("test.test_binary", "TestBinary", 2, "dealer"),
     Suite("test.test_binary", "TestBinary", 3, "TFP"),
@@ -26,7 +29,9 @@ SUITES = [
     Suite("test.test_nn", "TestTFP", 2, "TFP"),
     Suite("test.test_nn", "TestTFP", 3, "dealer"),
     Suite("test.test_gradients", "TestTFP", 2, "TFP"),
-    Suite("test.test_gradients", "TestTFP", 3, "dealer"),
+    # Its slow tests take 886 s at 2 parties on TFP and would take far longer on the dealer at 3
+    # (each of its rounds waits on the dealer: issue 24); they have not run in this set-up.
+    Suite("test.test_gradients", "TestTFP", 3, "dealer", heavy=False),
     Suite("test.test_crypten", "TestCrypten", 2, "dealer"),
     Suite("test.test_crypten", "TestCrypten", 3, "TFP"),
     Suite("test.test_optim", "TestTFP", 2, "TFP"),
@@ -118,6 +123,9 @@ SLOW: dict[str, frozenset[str]] = {
 }
 
 
-def in_ci(suite: Suite, name: str) -> bool:
-    """Whether `make test` (and so CI) runs this test of this suite."""
-    return name not in SLOW.get(suite.module, frozenset())
+def tier(suite: Suite, name: str) -> str | None:
+    """ "ci" where `make test` (and so CI) runs this test of this suite, "full" where only
+    `make test-crypten` does, None where neither does (a slow test of a suite not `heavy`)."""
+    if name not in SLOW.get(suite.module, frozenset()):
+        return "ci"
+    return "full" if suite.heavy else None

@@ -14,7 +14,7 @@ import pytest
 
 from tests.crypten_suite.expected import expected
 from tests.crypten_suite.harness import Outcome, Suite, run_suite, test_names
-from tests.crypten_suite.suites import SUITES, in_ci
+from tests.crypten_suite.suites import SUITES, tier
 
 pytestmark = [pytest.mark.system, pytest.mark.crypten]
 
@@ -23,7 +23,10 @@ def _params() -> list[object]:
     params: list[object] = []
     for suite in SUITES:
         for name in test_names(suite):
-            marks = [] if in_ci(suite, name) else [pytest.mark.crypten_full]
+            where = tier(suite, name)
+            if where is None:
+                continue
+            marks = [] if where == "ci" else [pytest.mark.crypten_full]
             params.append(pytest.param(suite, name, id=f"{suite.id}::{name}", marks=marks))
     return params
 
