@@ -290,9 +290,16 @@ class Pending:
         if self._error is not None:
             raise self._error
         assert self._reply is not None
-        tensor = torch.frombuffer(bytearray(self._reply.data), dtype=torch.int64).reshape(
-            torch.Size(self._reply.shape)
-        )
+        shape = torch.Size(self._reply.shape)
+        if len(self._reply.data) != 8 * shape.numel():
+            raise DealerError(
+                f"the dealer's correcting share holds {len(self._reply.data)} bytes for shape "
+                f"{tuple(shape)}, not {8 * shape.numel()}"
+            )
+        if shape.numel() == 0:  # torch.frombuffer refuses an empty buffer
+            tensor = torch.zeros(shape, dtype=torch.int64)
+        else:
+            tensor = torch.frombuffer(bytearray(self._reply.data), dtype=torch.int64).reshape(shape)
         return tensor.to(self.device) if self.device is not None else tensor
 
 

@@ -84,6 +84,7 @@ def reference(world_size: int) -> dict[str, torch.Tensor]:
         "a2b2a": x.clone(),
         "binary_xor": (x * 2**16).long().bitwise_xor((y * 2**16).long()).double(),
         **_strided(x, y),
+        **_empty(x, y),
     }
     out.update(_plain_logreg(d))
     return out
@@ -154,6 +155,17 @@ def _strided(x: Any, y: Any) -> dict[str, Any]:
     }
 
 
+def _empty(x: Any, y: Any) -> dict[str, Any]:
+    """Products of tensors with no elements (issue 35: the dealer's empty correcting share
+    crashed rank 0), and a product over an empty inner dimension; truncation at 3 parties asks
+    the provider for wraps."""
+    return {
+        "empty_mul": x[:0] * y[:0],
+        "empty_truncation": (x[:, :0] * 100) * (y[:, :0] * 100) / 7,
+        "empty_inner_matmul": x[:, :0].matmul(y[:0, :]),
+    }
+
+
 def ops(s: mpcml.Session) -> dict[str, torch.Tensor]:
     """Every operation the tests compare with plaintext PyTorch."""
     n = s.world_size
@@ -192,6 +204,7 @@ def ops(s: mpcml.Session) -> dict[str, torch.Tensor]:
         "a2b2a": binary.to(crypten.mpc.arithmetic),
     }
     out.update(_strided(x, y))
+    out.update(_empty(x, y))
     result = {name: t.get_plain_text() for name, t in out.items()}
     # Binary shares of integers: XOR, revealed (CrypTen's BXOR reduce).
     result["binary_xor"] = (xb ^ yb).reveal().double()
