@@ -82,7 +82,7 @@ def load_module(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-def test_names(suite: Suite) -> list[str]:
+def class_tests(suite: Suite) -> list[str]:
     """The class's tests, in the order unittest runs them."""
     cls = getattr(load_module(suite.module), suite.cls)
     return list(unittest.TestLoader().getTestCaseNames(cls))
@@ -208,7 +208,7 @@ def run_suite(
     from mpcml.party.pool import worker_context
     from mpcml.transport.address import free_ports
 
-    tests = list(tests if tests is not None else test_names(suite))
+    tests = list(tests if tests is not None else class_tests(suite))
     names = [f"party{i}" for i in range(suite.world_size)]
     pki = make_pki(tmp / "pki", names)
     outcomes: dict[str, Outcome] = {}

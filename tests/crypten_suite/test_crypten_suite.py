@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.crypten_suite.expected import expected
-from tests.crypten_suite.harness import Outcome, Suite, run_suite, test_names
+from tests.crypten_suite.harness import Outcome, Suite, class_tests, run_suite
 from tests.crypten_suite.suites import SUITES, tier
 
 pytestmark = [pytest.mark.system, pytest.mark.crypten]
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.system, pytest.mark.crypten]
 def _params() -> list[object]:
     params: list[object] = []
     for suite in SUITES:
-        for name in test_names(suite):
+        for name in class_tests(suite):
             where = tier(suite, name)
             if where is None:
                 continue
