@@ -45,7 +45,7 @@ DIFFERENCES = [
         _TORCH_LOAD,
     ),
     Difference("test.test_nn", "test_state_dict", "weights_only", _TORCH_LOAD),
-    Difference("test.test_mpc", "test_tuple_cache", "weights_only", _TORCH_LOAD, ("TFP",)),
+    Difference("test.test_mpc", "test_tuple_cache", "weights_only", _TORCH_LOAD, ("TFP",), (2,)),
     Difference(
         "test.test_mpc",
         "test_tuple_cache",
@@ -53,6 +53,7 @@ DIFFERENCES = [
         "deliberate: the dealer provider has no tuple cache to trace, fill, save or load (it "
         "sends each tuple's correction ahead of its use) and refuses those calls by name",
         ("dealer",),
+        (2,),  # CrypTen's test returns early above 2 parties
     ),
     Difference(
         "test.test_nn",
