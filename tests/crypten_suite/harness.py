@@ -95,8 +95,6 @@ class RunSpec:
     suite: Suite
     rank: int
     tests: list[str]
-    peers: list[list[str]]
-    """The session's addresses for each test, fresh ports per test."""
     tls: dict[str, str]
     out: str
     dealer: str | None = None
@@ -124,7 +122,7 @@ def _run_test(spec: RunSpec, index: int, name: str) -> dict[str, Any]:
         with mpcml.session(
             rank=spec.rank,
             world_size=spec.suite.world_size,
-            peers=spec.peers[index],
+            peers=_await_peers(Path(spec.out), index),
             tls=mpcml.TLSFiles(**spec.tls),
             session_id=f"{spec.suite.id}-{index}",
             dealer=DealerEndpoint(spec.dealer) if spec.dealer else None,
@@ -147,6 +145,30 @@ def _run_test(spec: RunSpec, index: int, name: str) -> dict[str, Any]:
         cfg.set_config(saved)
     report["seconds"] = round(time.monotonic() - started, 3)
     return report
+
+
+def _peers_file(out: Path, index: int) -> Path:
+    return out.parent / f"{out.name.rpartition('-rank')[0]}-peers{index}.json"
+
+
+def _await_peers(out: Path, index: int) -> list[str]:
+    """The addresses of test `index`'s session, once the parent chose them: ports picked just
+    before a test, not minutes ahead, so that nothing else on the machine takes them first."""
+    path = _peers_file(out, index)
+    while not path.exists():
+        time.sleep(0.02)
+    peers: list[str] = json.loads(path.read_text())
+    return peers
+
+
+def _offer_peers(outs: list[Path], index: int, world_size: int) -> None:
+    from mpcml.transport.address import free_ports
+
+    path = _peers_file(outs[0], index)
+    if not path.exists():
+        staged = path.with_suffix(".tmp")
+        staged.write_text(json.dumps([f"127.0.0.1:{p}" for p in free_ports(world_size)]))
+        staged.replace(path)
 
 
 def _party_main(spec: RunSpec) -> None:
@@ -206,7 +228,6 @@ def run_suite(
     """Run `tests` (default: all the class's) of `suite`; every test gets an outcome. A test on
     which some party gives no report for `stall_s` counts as hung."""
     from mpcml.party.pool import worker_context
-    from mpcml.transport.address import free_ports
 
     tests = list(tests if tests is not None else class_tests(suite))
     names = [f"party{i}" for i in range(suite.world_size)]
@@ -217,15 +238,10 @@ def run_suite(
         start, attempt = 0, 0
         while start < len(tests):
             batch = tests[start:]
-            ports = free_ports(suite.world_size * len(batch))
-            peers = [
-                [f"127.0.0.1:{p}" for p in ports[i * suite.world_size : (i + 1) * suite.world_size]]
-                for i in range(len(batch))
-            ]
             outs = [tmp / f"attempt{attempt}-rank{r}" for r in range(suite.world_size)]
             procs = []
             for rank in range(suite.world_size):
-                spec = RunSpec(suite, rank, batch, peers, pki[names[rank]], str(outs[rank]), dealer)
+                spec = RunSpec(suite, rank, batch, pki[names[rank]], str(outs[rank]), dealer)
                 proc = ctx.Process(target=_party_main, args=(spec,), daemon=True)
                 proc.start()
                 procs.append(proc)
@@ -262,6 +278,7 @@ def _watch(procs: list[Any], outs: list[Path], count: int, stall_s: float) -> in
         done = min(counts)
         if done == count:
             return done
+        _offer_peers(outs, done, len(outs))
         if sum(counts) != last:
             last, last_change = sum(counts), time.monotonic()
         dead = [p for p, n in zip(procs, counts, strict=True) if n < count and not p.is_alive()]
