@@ -46,6 +46,8 @@ class Suite:
     """"TFP" (CrypTen's insecure trusted first party) or "dealer" (`mpcml dealer`)."""
     heavy: bool = True
     """Whether `make test-crypten` runs this suite's slow tests too (`suites.SLOW`)."""
+    ci: bool = True
+    """Whether `make test` (CI) runs this suite's quick tests; `make test-crypten` always does."""
 
     @property
     def id(self) -> str:
