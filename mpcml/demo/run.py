@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -293,8 +295,20 @@ def _workdir(path: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def _interruptible() -> None:
+    """Make Ctrl-C stop the demo even when its parent ignored or blocked SIGINT.
+
+    Both pass through exec, and Python then installs no KeyboardInterrupt handler: started under
+    such a parent, the demo trained on after Ctrl-C.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def main(json_output: bool = False, workdir: Path | None = None, epochs: int | None = None) -> int:
     """Run the demo; returns the exit code."""
+    _interruptible()
     epochs = epochs or int(os.environ.get("MPCML_DEMO_EPOCHS", EPOCHS))
     with _workdir(workdir) as work:
         cluster = LocalCluster(work)
