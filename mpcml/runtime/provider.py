@@ -291,10 +291,11 @@ class Pending:
             raise self._error
         assert self._reply is not None
         shape = torch.Size(self._reply.shape)
-        if len(self._reply.data) != 8 * shape.numel():
+        expected = 8 * shape.numel()
+        if len(self._reply.data) != expected:
             raise DealerError(
                 f"the dealer's correcting share holds {len(self._reply.data)} bytes for shape "
-                f"{tuple(shape)}, not {8 * shape.numel()}"
+                f"{tuple(shape)}, not {expected}"
             )
         if shape.numel() == 0:  # torch.frombuffer refuses an empty buffer
             tensor = torch.zeros(shape, dtype=torch.int64)

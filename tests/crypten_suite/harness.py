@@ -13,6 +13,7 @@ the wheel, never copied.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import importlib.util
@@ -258,15 +259,10 @@ def run_suite(
             for rank, out in enumerate(outs):
                 for i, report in enumerate(_read_reports(out.with_suffix(".jsonl"))):
                     per_test.setdefault(i, {})[rank] = report
-            for i in range(done):
+            # Where done < len(batch), a party died or hung in batch[done]: start after it.
+            for i in range(min(done + 1, len(batch))):
                 outcomes[batch[i]] = _combine(batch[i], per_test.get(i, {}), suite.world_size)
-            if done < len(batch):  # a party died or hung in batch[done]: start after it
-                outcomes[batch[done]] = _combine(
-                    batch[done], per_test.get(done, {}), suite.world_size
-                )
-                start += done + 1
-            else:
-                start = len(tests)
+            start += done + 1
             attempt += 1
     return outcomes
 
@@ -290,17 +286,9 @@ def _watch(procs: list[Any], outs: list[Path], count: int, stall_s: float) -> in
         time.sleep(0.2)
 
 
-class _NoDealer:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _dealer(tmp: Path, suite: Suite) -> Any:
     if suite.provider == "TFP":
-        return _NoDealer()
+        return contextlib.nullcontext()
     return dealer_process(tmp, tmp / "pki", log_level="info")
 
 
