@@ -43,8 +43,7 @@ from mpcml.api.tune import tune  # noqa: E402
 from mpcml.demo import data, models  # noqa: E402
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster  # noqa: E402
 from mpcml.demo.run import by_id, plaintext_train, predictions  # noqa: E402
-from mpcml.graph.init import initial_state  # noqa: E402
-from mpcml.graph.trace import trace  # noqa: E402
+from mpcml.graph.init import model_initial_state  # noqa: E402
 from mpcml.proto.v1 import coordinator_pb2 as cpb  # noqa: E402
 
 LR, MOMENTUM, BATCH, SEED = 0.5, 0.5, 64, 7
@@ -186,7 +185,7 @@ def _stock_party(task_index: int, epochs: int) -> dict[str, Any]:
     task = TASKS[task_index]
     split = task.split()
     x, y = by_id(split.id_train, split.x_train, split.y_train)  # a job aligned on ids sorts them
-    state = initial_state(trace(task.model()), SEED)
+    state = model_initial_state(task.model(), tuple(task.rows(x).shape[1:]), SEED)
     model = _crypten_model(task.name, state).encrypt(src=0)
     model.train()
     features = crypten.cryptensor(task.rows(x), src=0)
@@ -287,8 +286,8 @@ def mpcml_task(client: Client, task: Task, variant: str) -> dict[str, Any]:
     approximations: Any = None
     if variant == "tuned":
         initial = copy.deepcopy(model)
-        initial.load_state_dict(initial_state(trace(model), SEED))
         x = task.rows(split.x_train)
+        initial.load_state_dict(model_initial_state(model, tuple(x.shape[1:]), SEED))
         labels = torch.from_numpy(split.y_train)
         approximations = tune(
             initial,

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import grpc
 
-from mpcml.api.job import Job
+from mpcml.api.job import Job, row_shape
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.serving import channel
@@ -76,7 +76,13 @@ class Client:
         self.close()
 
     def submit(self, job: Job, idempotency_key: str | None = None) -> JobHandle:
-        """Submit a job; retrying with the same key never makes a second job."""
+        """Submit a job; retrying with the same key never makes a second job.
+
+        A job whose model is not yet captured is captured here, for the row shape its feature
+        datasets were registered with.
+        """
+        if job.model is not None:
+            job = job.captured(row_shape(job.spec, self.parties()))
         request = cpb.SubmitJobRequest(
             spec=job.spec, idempotency_key=idempotency_key or uuid.uuid4().hex
         )

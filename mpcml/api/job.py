@@ -1,9 +1,14 @@
-"""`Job`: a job spec built from Python values, with the model traced on the client."""
+"""`Job`: a job spec built from Python values, with the model captured on the client.
+
+A torch model is captured (`mpcml.graph.capture`) for the shape of the job's input rows: the
+`input_shape` given, the calibration rows' shape, or else, at submission, the shape the
+feature datasets were registered with (`Client.submit` asks the coordinator).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from mpcml.api.plans import Approximations, plan_of
@@ -59,14 +64,37 @@ def _bindings(parties: Mapping[str, Binding] | None, what: str) -> list[jpb.Data
     return out
 
 
-def _graph(model: Any) -> gpb.Graph:
+def _graph(model: Any, input_shape: Sequence[int] | None) -> gpb.Graph | None:
+    """The model's graph; None while the input shape is unknown (captured at submission)."""
     if isinstance(model, gpb.Graph):
         return model
     from mpcml.graph.hf import SequenceModel
     from mpcml.graph.hf import trace as trace_sequence
-    from mpcml.graph.trace import trace
 
-    return trace_sequence(model) if isinstance(model, SequenceModel) else trace(model)
+    if isinstance(model, SequenceModel):
+        return trace_sequence(model)
+    if input_shape is None:
+        return None
+    from mpcml.graph.capture import capture
+
+    return capture(model, tuple(int(d) for d in input_shape))
+
+
+def row_shape(spec: jpb.JobSpec, parties: Sequence[Any]) -> tuple[int, ...]:
+    """The shape of one input row of `spec`, from the datasets the parties registered."""
+    catalogue = {(p.name, d.name): d for p in parties for d in p.datasets}
+    shapes = []
+    for binding in spec.features:
+        info = catalogue.get((binding.party, binding.dataset))
+        if info is None:
+            raise JobSpecError(
+                f"party {binding.party!r} has registered no dataset {binding.dataset!r}: the "
+                "model cannot be captured for its rows (or pass input_shape=)"
+            )
+        shapes.append((len(binding.columns),) if binding.columns else tuple(info.row_shape))
+    if spec.split == jpb.SPLIT_VERTICAL and len(shapes) > 1:
+        return (sum(s[0] for s in shapes),)
+    return shapes[0]
 
 
 def _plan(
@@ -110,6 +138,23 @@ class Job:
     """A job ready to submit; build one with `train`, `infer` or `evaluate`."""
 
     spec: jpb.JobSpec
+    model: Any = field(default=None, compare=False, repr=False)
+    """A torch model still to capture, once the input rows' shape is known (at submission)."""
+
+    def captured(self, input_shape: Sequence[int]) -> Job:
+        """The job with its model captured for rows of `input_shape`."""
+        if self.model is None:
+            return self
+        spec = jpb.JobSpec.FromString(self.spec.SerializeToString())
+        graph = _graph(self.model, input_shape)
+        assert graph is not None
+        spec.graph.CopyFrom(graph)
+        return Job(spec)
+
+    @classmethod
+    def _made(cls, spec: jpb.JobSpec, model: Any) -> Job:
+        pending = model is not None and not spec.graph.nodes
+        return cls(spec, model if pending else None)
 
     def with_insecure_provider(self, provider: str = "tfp") -> Job:
         """The same job on CrypTen's TFP provider instead of the dealer.
@@ -119,7 +164,7 @@ class Job:
         """
         spec = jpb.JobSpec.FromString(self.spec.SerializeToString())
         spec.insecure_provider = provider
-        return Job(spec)
+        return replace(self, spec=spec)
 
     @staticmethod
     def _spec(
@@ -137,6 +182,7 @@ class Job:
         approximations: Approximations = None,
         calibration: Any = None,
         budget: float = 0.01,
+        input_shape: Sequence[int] | None = None,
     ) -> jpb.JobSpec:
         spec = jpb.JobSpec(
             name=name,
@@ -146,8 +192,12 @@ class Job:
             split=_choice(SPLITS, split, "split"),
             align_on=align_on,
         )
-        if model is not None:
-            spec.graph.CopyFrom(_graph(model))
+        if input_shape is None and calibration is not None:
+            rows = calibration[0] if isinstance(calibration, tuple) else calibration
+            input_shape = tuple(rows.shape[1:])
+        graph = _graph(model, input_shape) if model is not None else None
+        if graph is not None:
+            spec.graph.CopyFrom(graph)
         if from_job and weights:
             raise JobSpecError("give either weights (a private model) or from_job, not both")
         if from_job:
@@ -196,8 +246,12 @@ class Job:
         approximations: Approximations = None,
         calibration: Any = None,
         budget: float = 0.01,
+        input_shape: Sequence[int] | None = None,
     ) -> Job:
-        """Train `model` (a torch.nn.Module, traced here).
+        """Train `model` (a torch.nn.Module, captured here with torch.export).
+
+        The capture needs the input rows' shape: `input_shape`, the calibration rows', or (left
+        out) the registered shape of the feature datasets, looked up when the job is submitted.
 
         Initial weights come from `seed` (`mpcml.graph.init.initial_state`), a party's private
         model (`weights`), or an earlier job (`from_job`, which also gives the model: `model`
@@ -229,6 +283,7 @@ class Job:
             approximations,
             calibration,
             budget,
+            input_shape,
         )
         spec.hyper.CopyFrom(
             jpb.HyperParameters(
@@ -245,7 +300,7 @@ class Job:
                 trainable=list(trainable),
             )
         )
-        return cls(spec)
+        return cls._made(spec, model)
 
     @classmethod
     def infer(
@@ -263,6 +318,7 @@ class Job:
         approximations: Approximations = None,
         calibration: Any = None,
         budget: float = 0.01,
+        input_shape: Sequence[int] | None = None,
     ) -> Job:
         """Run a model on the features; predictions go only to `reveal["predictions"]`.
 
@@ -284,9 +340,10 @@ class Job:
             approximations,
             calibration,
             budget,
+            input_shape,
         )
         spec.hyper.batch_size = batch_size
-        return cls(spec)
+        return cls._made(spec, model)
 
     @classmethod
     def evaluate(
@@ -306,6 +363,7 @@ class Job:
         approximations: Approximations = None,
         calibration: Any = None,
         budget: float = 0.01,
+        input_shape: Sequence[int] | None = None,
     ) -> Job:
         """Loss and accuracy of a model on labelled rows, revealed per `reveal["metrics"]`."""
         spec = cls._spec(
@@ -323,7 +381,8 @@ class Job:
             approximations,
             calibration,
             budget,
+            input_shape,
         )
         spec.hyper.batch_size = batch_size
         spec.hyper.loss = _choice(LOSSES, loss, "loss")
-        return cls(spec)
+        return cls._made(spec, model)

@@ -141,6 +141,7 @@ def _job(data: dict[str, Any], base: Path) -> Job:
         "name": data.get("name", ""),
         "from_job": weights.get("from_job"),
         "weights": {private["party"]: private["model"]} if private else None,
+        "input_shape": data.get("model", {}).get("input_shape"),
     }
     task = data["task"]
     try:

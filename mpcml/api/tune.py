@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.fx
 
 from mpcml.approx import costs, registry
 from mpcml.approx.bounds import error_bound
@@ -33,8 +32,8 @@ from mpcml.approx.implementations import apply
 from mpcml.approx.plan import Choice
 from mpcml.approx.registry import OP_FUNCTIONS
 from mpcml.errors import MpcmlError
-from mpcml.graph.ops import decode_attrs
-from mpcml.graph.trace import trace
+from mpcml.graph.capture import capture
+from mpcml.graph.ops import SIGMOIDS, decode_attrs
 from mpcml.proto.v1 import job_pb2 as jpb
 
 MARGIN = 0.1
@@ -147,34 +146,6 @@ class Tuned:
         return "\n".join(lines)
 
 
-class _Emulator(torch.fx.Interpreter):
-    """The traced model in plaintext, its non-linear nodes in CrypTen's fixed point."""
-
-    def __init__(
-        self,
-        module: torch.fx.GraphModule,
-        ranges: Mapping[str, NodeRange],
-        choices: Mapping[str, Choice],
-        record: bool = False,
-    ) -> None:
-        super().__init__(module)
-        self.ranges, self.choices, self.record = ranges, choices, record
-        self.overflowed: set[str] = set()
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        info = self.ranges.get(n.name)
-        if info is None:
-            return super().run_node(n)
-        args, _ = self.fetch_args_kwargs_from_env(n)
-        x = args[0]
-        if self.record:
-            info.see(x)
-        choice = self.choices.get(n.name)
-        if choice is None:
-            return super().run_node(n)
-        return _emulated(choice, x, info.dim, self.overflowed)
-
-
 def _emulated(choice: Choice, x: torch.Tensor, dim: int, overflowed: set[str]) -> torch.Tensor:
     """`choice`'s function of `x` in CrypTen's fixed point; notes the node if it overflowed."""
     fixed = Fixed(x.detach().double())
@@ -190,24 +161,13 @@ Runner = Callable[[Mapping[str, Choice], bool], tuple[torch.Tensor, set[str]]]
 returns the output and the nodes whose emulation overflowed."""
 
 
-def _fx_runner(model: torch.nn.Module, ranges: Mapping[str, NodeRange], x: Any) -> Runner:
-    module = torch.fx.symbolic_trace(model)
-
-    def run(choices: Mapping[str, Choice], record: bool = False) -> tuple[Any, set[str]]:
-        emulator = _Emulator(module, ranges, choices, record)
-        with torch.no_grad():
-            return emulator.run(x), emulator.overflowed
-
-    return run
-
-
 def _graph_runner(
     graph: Any, state: Mapping[str, torch.Tensor], ranges: Mapping[str, NodeRange], x: Any
 ) -> Runner:
     """The lowered graph in plaintext (`mpcml.graph.plain`).
 
-    A transformer's own trace holds Hugging Face's mask and shape code, which the graph has
-    folded away.
+    Both the parties and the tuner run the captured graph: the model's own code holds shape and
+    mask arithmetic that the capture folded away.
     """
     from mpcml.graph.plain import evaluate
 
@@ -331,7 +291,10 @@ def tune(
     from mpcml.graph.hf import SequenceModel
     from mpcml.graph.hf import trace as trace_sequence
 
-    graph = trace_sequence(model) if isinstance(model, SequenceModel) else trace(model)
+    if isinstance(model, SequenceModel):
+        graph = trace_sequence(model)
+    else:
+        graph = capture(model, tuple(torch.as_tensor(x).shape[1:]))
     ranges: dict[str, NodeRange] = {}
     for node in graph.nodes:
         if node.op in OP_FUNCTIONS:
@@ -344,13 +307,11 @@ def tune(
         assert vocab is not None
         x = torch.from_numpy(token_rows(torch.as_tensor(x).numpy(), None, vocab))
     x = torch.as_tensor(x, dtype=torch.float32)
-    if isinstance(model, SequenceModel):
-        run = _graph_runner(graph, model.model.state_dict(), ranges, x)
-    else:
-        run = _fx_runner(model, ranges, x)
+    state = (model.model if isinstance(model, SequenceModel) else model).state_dict()
+    run = _graph_runner(graph, state, ranges, x)
     plain, _ = run({}, True)  # plaintext: the ranges
     crypten_out, _ = run({n: Choice(n, r.function) for n, r in ranges.items()}, False)
-    ends_in_sigmoid = bool(graph.nodes) and graph.nodes[-1].op == "Sigmoid"
+    ends_in_sigmoid = bool(graph.nodes) and graph.nodes[-1].op in SIGMOIDS
     task = _Task(plain, y, ends_in_sigmoid)
     net = costs.NETWORKS[network]
     options: dict[str, list[tuple[float, Choice]]] = {}

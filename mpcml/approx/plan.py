@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mpcml.approx import registry
-from mpcml.approx.registry import OP_FUNCTIONS, PlanError
+from mpcml.approx.registry import OP_FUNCTIONS, OP_NAMES, PlanError
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
@@ -96,8 +96,9 @@ def resolve(plan: jpb.ApproximationPlan, graph: gpb.Graph) -> dict[str, Choice]:
             continue
         if node.name in plan.nodes:
             out[node.name] = _choice(node, plan.nodes[node.name], f"node {node.name!r}")
-        elif node.op in plan.ops:
-            out[node.name] = _choice(node, plan.ops[node.op], f"node {node.name!r} ({node.op})")
+        elif node.op in plan.ops or OP_NAMES.get(node.op) in plan.ops:
+            entry = plan.ops[node.op] if node.op in plan.ops else plan.ops[OP_NAMES[node.op]]
+            out[node.name] = _choice(node, entry, f"node {node.name!r} ({node.op})")
         else:
             out[node.name] = Choice(node.name, OP_FUNCTIONS[node.op])
     return out

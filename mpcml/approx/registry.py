@@ -310,9 +310,29 @@ OP_FUNCTIONS = {
     "GELU": "gelu",
     "SiLU": "silu",
     "LayerNorm": "rsqrt",
+    "aten.sigmoid.default": "sigmoid",
+    "aten.tanh.default": "tanh",
+    "aten.gelu.default": "gelu",
+    "aten._softmax.default": "softmax",
+    "aten._safe_softmax.default": "softmax",
+    "aten.rsqrt.default": "rsqrt",
+    "aten.native_layer_norm.default": "rsqrt",
 }
-"""Graph ops (`mpcml.graph.ops`) computed by one of the registry's functions (a LayerNorm's
-is inside it: the inverse square root of its variance)."""
+"""Graph ops (`mpcml.graph.ops`, and the core ATen ops of `mpcml.graph.aten`) computed by one
+of the registry's functions (a layer norm's is inside it: the inverse square root of its
+variance)."""
+
+
+OP_NAMES = {
+    "aten.sigmoid.default": "Sigmoid",
+    "aten.tanh.default": "Tanh",
+    "aten.gelu.default": "GELU",
+    "aten._softmax.default": "Softmax",
+    "aten._safe_softmax.default": "Softmax",
+    "aten.native_layer_norm.default": "LayerNorm",
+}
+"""The op a plan's `ops.NAME` entry names for a core ATen op: `ops.Softmax` also covers a
+captured model's softmax."""
 
 
 def spec(function: str, name: str) -> Spec:

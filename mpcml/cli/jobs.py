@@ -177,6 +177,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         from mpcml.graph.digest import graph_digest
 
         job, _ = load(args.file)
+        if job.model is not None:
+            print(
+                "error: the model is captured for the shape of its input rows: give it as "
+                "input_shape = [...] in the job file's [model] table",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
         print(graph_digest(job.spec.graph), file=out)
         return EXIT_OK
     with _client(args) as client:

@@ -45,20 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from mpcml.api import plans
     from mpcml.api.jobfile import model_of
     from mpcml.api.tune import tune
-    from mpcml.graph.init import initial_state
-    from mpcml.graph.trace import trace
+    from mpcml.graph.init import model_initial_state
 
     model, weights = model_of(args.jobfile)
-    if args.weights:
-        model.load_state_dict(torch.load(args.weights, weights_only=True))
-    elif "init_seed" in weights or not weights:
-        model.load_state_dict(initial_state(trace(model), int(weights.get("init_seed", 0))))
-    else:
-        print(
-            "error: the job's weights are a private or trained model: give them with --weights",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_INPUT
     try:
         with np.load(args.calibration) as arrays:
             x = torch.from_numpy(arrays["x"]).float()
@@ -66,6 +55,17 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, KeyError, ValueError) as exc:
         print(
             f"error: --calibration {args.calibration}: rows `x` unreadable: {exc}", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    if args.weights:
+        model.load_state_dict(torch.load(args.weights, weights_only=True))
+    elif "init_seed" in weights or not weights:
+        seed = int(weights.get("init_seed", 0))
+        model.load_state_dict(model_initial_state(model, tuple(x.shape[1:]), seed))
+    else:
+        print(
+            "error: the job's weights are a private or trained model: give them with --weights",
+            file=sys.stderr,
         )
         return EXIT_BAD_INPUT
     tuned = tune(

@@ -39,8 +39,7 @@ from mpcml.api.job import Job
 from mpcml.demo import data, models, sentiment
 from mpcml.demo.cluster import LocalCluster
 from mpcml.graph import hf
-from mpcml.graph.init import initial_state
-from mpcml.graph.trace import trace
+from mpcml.graph.init import model_initial_state
 from mpcml.jobs.events import EventKind
 from mpcml.jobs.order import epoch_order
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -102,7 +101,7 @@ def plaintext_train(
     Sigmoid, `cross_entropy` on its logits with labels 0..C-1). Each epoch's mean batch loss
     (what a one-epoch round reports) is appended to `losses`.
     """
-    model.load_state_dict(initial_state(trace(model), seed))
+    model.load_state_dict(model_initial_state(model, tuple(x.shape[1:]), seed))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     xt = torch.from_numpy(x)
     yt = torch.from_numpy(y)

@@ -54,10 +54,12 @@ class AtenOp:
 
     @property
     def settings(self) -> tuple[str, ...]:
+        """The names of its non-tensor arguments a node carries as settings."""
         return tuple(n for n, k in self.args if k not in _TENSORS and k != "X")
 
     @property
     def optional(self) -> tuple[str, ...]:
+        """The settings that may be absent (None in the schema)."""
         return tuple(n for n, k in self.args if k.endswith("?") and k not in _TENSORS)
 
 
@@ -252,8 +254,10 @@ def table_markdown() -> str:
 
 
 def bind(op: AtenOp, attrs: dict[str, Any], inputs: Sequence[Any], batch: int) -> dict[str, Any]:
-    """An ATen node's arguments by name: its inputs (None where absent), settings resolved at
-    the batch size `batch`; optional settings absent are None."""
+    """An ATen node's arguments by name.
+
+    Inputs are None where absent; settings are resolved at the batch size `batch`.
+    """
     out: dict[str, Any] = {}
     i = 0
     for name, kind in op.args:

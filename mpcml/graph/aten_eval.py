@@ -1,6 +1,9 @@
-"""A captured graph run in plain torch: the reference the parties' result is compared with,
-the tuner's emulation, and each party's shape check on meta tensors (torch's own shape rules,
-so a party checks the graph it received, not the shapes the client recorded)."""
+"""A captured graph run in plain torch.
+
+It is the reference the parties' result is compared with, the tuner's emulation, and each
+party's shape check on meta tensors (torch's own shape rules, so a party checks the graph it
+received, not the shapes the client recorded).
+"""
 
 from __future__ import annotations
 
@@ -19,8 +22,13 @@ Function = Callable[[pb.Node, str, torch.Tensor, int], torch.Tensor]
 _INFERENCE = {
     "aten._native_batch_norm_legit_functional.default": lambda a: (
         torch.ops.aten._native_batch_norm_legit_no_training.default(
-            a["input"], a["weight"], a["bias"], a["running_mean"], a["running_var"],
-            a["momentum"], a["eps"],
+            a["input"],
+            a["weight"],
+            a["bias"],
+            a["running_mean"],
+            a["running_var"],
+            a["momentum"],
+            a["eps"],
         )
     ),
 }
@@ -60,9 +68,9 @@ def run(
             continue
         if node.op == "Constant":
             shape = tuple(int(d) for d in attrs["shape"])
-            values[node.name] = torch.tensor(attrs["values"], dtype=torch.float32).reshape(
-                shape
-            ).to(x.device)
+            values[node.name] = (
+                torch.tensor(attrs["values"], dtype=torch.float32).reshape(shape).to(x.device)
+            )
             continue
         op = OPS[node.op]
         inputs = [values[i] if i else ABSENT for i in node.inputs]
@@ -123,7 +131,9 @@ def output_shape(graph: pb.Graph, row_shape: tuple[int, ...]) -> tuple[int, ...]
             raise
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GraphError(f"the graph does not fit rows of shape {list(row_shape)}: {first}")
+            raise GraphError(
+                f"the graph does not fit rows of shape {list(row_shape)}: {first}"
+            ) from None
         if out.dim() == 0 or out.size(0) != batch:
             raise GraphError("the graph's output does not keep the batch dimension")
         shapes[batch] = tuple(int(d) for d in out.shape[1:])

@@ -16,8 +16,9 @@ statistics while training), and dropout, which eval mode removes, is not applied
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -131,12 +132,10 @@ class _Capture:
     def _export(self) -> Any:
         batch = torch.export.Dim("batch", min=1, max=1 << 20)
         try:
-            program = torch.export.export(
-                self.model, (self.example,), dynamic_shapes=({0: batch},)
-            )
+            program = torch.export.export(self.model, (self.example,), dynamic_shapes=({0: batch},))
             table = torch.export.default_decompositions()
             for kept in _KEPT:
-                table.pop(kept, None)
+                table.pop(kept, None)  # type: ignore[no-untyped-call]
             return program.run_decompositions(table)
         except GraphError:
             raise
@@ -205,7 +204,7 @@ class _Capture:
         source, index = n.args
         assert isinstance(source, torch.fx.Node)
         if source.name in self.pieces:
-            dim, start, end = self.pieces[source.name][int(index)]  # type: ignore[call-overload]
+            dim, start, end = self.pieces[source.name][cast(int, index)]
             node = pb.Node(name=n.name, op="aten.slice.Tensor", inputs=[self._secret(source)])
             for key, value in (("dim", dim), ("start", start), ("end", end), ("step", 1)):
                 node.attrs[key].CopyFrom(encode_attr(value))
@@ -219,8 +218,8 @@ class _Capture:
         self.secret[n.name] = self.secret[source.name]
 
     def _split(self, n: torch.fx.Node) -> None:
-        sizes = [int(s) for s in n.args[1]]  # type: ignore[union-attr]
-        dim = int(n.args[2]) if len(n.args) > 2 else int(n.kwargs.get("dim", 0))  # type: ignore[call-overload]
+        sizes = [int(s) for s in cast(list[int], n.args[1])]
+        dim = cast(int, n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0))
         source = n.args[0]
         assert isinstance(source, torch.fx.Node)
         self._secret(source)
@@ -313,7 +312,7 @@ class _Capture:
             if isinstance(divisor, torch.fx.Node) and self._is_secret(divisor):
                 raise GraphError(f"division by a secret value is not supported ({where(n)})")
         if op.name == "aten.as_strided.default":
-            source = self.values[n.args[0].name]  # type: ignore[union-attr]
+            source = self.values[cast(torch.fx.Node, n.args[0]).name]
             if tuple(self.values[n.name].shape) != tuple(source.shape) or bound["storage_offset"]:
                 raise GraphError(f"as_strided that changes the shape is not supported ({where(n)})")
         if op.name == "aten.convolution.default" and bound["transposed"]:
@@ -338,7 +337,11 @@ class _Capture:
                     node.attrs[arg + BATCH_SUFFIX].CopyFrom(encode_attr(coefficient))
             elif kind == "IL":
                 items = list(value) if isinstance(value, list | tuple) else [value]
-                known = list(concrete) if isinstance(concrete, list | tuple) else [concrete] * len(items)
+                known = (
+                    list(concrete)
+                    if isinstance(concrete, list | tuple)
+                    else [concrete] * len(items)
+                )
                 pairs = [_affine(v, c) for v, c in zip(items, known, strict=True)]
                 node.attrs[arg].CopyFrom(pb.Attr(ints=pb.IntList(values=[c for c, _ in pairs])))
                 if any(b for _, b in pairs):

@@ -21,6 +21,8 @@ def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
     """
     generator = torch.Generator().manual_seed(seed)
     state: dict[str, torch.Tensor] = {}
+    if graph.op_table:
+        return _captured(graph, generator)
     for node in graph.nodes:
         shapes = {p.name: list(p.shape) for p in node.parameters}
         weight = shapes.get("weight", [])
@@ -35,3 +37,56 @@ def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
             else:
                 state[key] = (torch.rand(shape, generator=generator) * 2 - 1) * bound
     return state
+
+
+_NORMS = {
+    "aten.native_layer_norm.default",
+    "aten._native_batch_norm_legit_no_training.default",
+    "aten._native_batch_norm_legit_functional.default",
+}
+_ONES = {"weight", "running_var"}
+
+
+def _captured(graph: pb.Graph, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The same rule for a captured graph's Parameter nodes: a norm's by the argument it is."""
+    from mpcml.graph.aten import OPS, PARAMETER, tensor_args
+
+    roles: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op not in _NORMS:
+            continue
+        names = [n for n, _, width in tensor_args(OPS[node.op], node) for _ in range(width)]
+        for name, source in zip(names, node.inputs, strict=True):
+            roles[source] = name
+    parameters = [n for n in graph.nodes if n.op == PARAMETER]
+    weights = {
+        n.module: list(n.parameters[0].shape)
+        for n in parameters
+        if n.parameters[0].name == "weight"
+    }
+    state: dict[str, torch.Tensor] = {}
+    for node in parameters:
+        p = node.parameters[0]
+        key = f"{node.module}.{p.name}" if node.module else p.name
+        shape = list(p.shape)
+        if node.name in roles:
+            ones = roles[node.name] in _ONES
+            state[key] = torch.ones(shape) if ones else torch.zeros(shape)
+            continue
+        weight = weights.get(node.module, [])
+        fan_in = math.prod(weight[1:]) if len(weight) > 1 else 1
+        bound = 1.0 / math.sqrt(max(fan_in, 1))
+        state[key] = (torch.rand(shape, generator=generator) * 2 - 1) * bound
+    return state
+
+
+def model_initial_state(
+    model: torch.nn.Module, input_shape: tuple[int, ...], seed: int
+) -> dict[str, torch.Tensor]:
+    """`initial_state` of the graph `model` captures to, on rows of `input_shape`.
+
+    What a plaintext run loads to start where a seeded secure job starts.
+    """
+    from mpcml.graph.capture import capture
+
+    return initial_state(capture(model, input_shape), seed)

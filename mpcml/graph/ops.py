@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mpcml.graph import aten
 from mpcml.graph.opspec import VARIADIC, Attrs, GraphError, OpSpec, crypten_nn
 from mpcml.graph.sequence_ops import transformer_ops
 from mpcml.proto.v1 import graph_pb2 as pb
@@ -119,6 +120,12 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
+SIGMOIDS = ("Sigmoid", "aten.sigmoid.default")
+"""The ops of a final sigmoid, which a BCE loss fuses with."""
+SOFTMAXES = ("Softmax", "aten._softmax.default", "aten._safe_softmax.default")
+"""The ops of a final softmax, which a cross-entropy loss fuses with."""
+
+
 def decode_attrs(node: pb.Node) -> Attrs:
     """A node's settings as Python values."""
     out: Attrs = {}
@@ -156,9 +163,23 @@ def validate(graph: pb.Graph) -> None:
     known = set(graph.inputs)
     if not known:
         raise GraphError("the graph has no inputs")
+    if graph.op_table and graph.op_table != aten.TABLE_VERSION:
+        raise GraphError(
+            f"the graph names ATen op table version {graph.op_table}; this build has version "
+            f"{aten.TABLE_VERSION}"
+        )
     for node in graph.nodes:
         if node.name in known:
             raise GraphError(f"node name {node.name!r} is used twice")
+        if graph.op_table and (node.op in aten.OPS or node.op == aten.PARAMETER):
+            aten.check_node(node, known)
+            known.add(node.name)
+            continue
+        if graph.op_table and node.op != "Constant":
+            raise GraphError(
+                f"node {node.name!r}: op {node.op!r} is not a supported core ATen op; "
+                "docs/ops.md lists them"
+            )
         spec = SPECS.get(node.op)
         if spec is None:
             raise GraphError(

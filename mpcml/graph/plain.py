@@ -49,6 +49,10 @@ def evaluate(
             return F.gelu(value, approximate=approximate)
         return _EXACT[name](value, dim)
 
+    if graph.op_table:
+        from mpcml.graph import aten_eval
+
+        return aten_eval.run(graph, x.float(), state, function)
     for node in graph.nodes:
         a = decode_attrs(node)
         ins = [values[i] for i in node.inputs]

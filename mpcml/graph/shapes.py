@@ -296,6 +296,15 @@ def infer_shapes(graph: pb.Graph, input_shape: Sequence[int]) -> Shape:
     shape = tuple(int(d) for d in input_shape)
     if any(d < 1 for d in shape):
         raise GraphError(f"input shape {list(shape)} has a dimension below 1")
+    if graph.op_table:  # captured for one row shape; parties re-derive the output on meta tensors
+        if shape != tuple(graph.input_shape):
+            raise GraphError(
+                f"the model was captured for rows of shape {list(graph.input_shape)}, the data's "
+                f"rows have shape {list(shape)}"
+            )
+        if not graph.output_shape:
+            raise GraphError("the captured graph records no output shape")
+        return tuple(int(d) for d in graph.output_shape)
     shapes: dict[str, Shape] = {graph.inputs[0]: (BATCH, *shape)}
     for node in graph.nodes:
         where = f"node {node.name!r} ({node.op})"

@@ -1,16 +1,17 @@
-"""Trace a torch.nn.Module into an `mpcml.v1.Graph` with torch.fx."""
+"""mpcml's own ops of a torch module, and the encoding of settings.
+
+The sequence-model lowering (`lower.py`) uses them; every other model is captured with
+torch.export (`capture.py`).
+"""
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.fx
-import torch.nn.functional as F
 
-from mpcml.graph.ops import GRAPH_VERSION, SPECS, Attrs, GraphError
+from mpcml.graph.ops import SPECS, Attrs, GraphError
 from mpcml.proto.v1 import graph_pb2 as pb
 
 
@@ -112,59 +113,6 @@ def from_module(m: torch.nn.Module) -> tuple[str, Attrs]:
     )
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, default: Any) -> Any:
-    return args[i] if len(args) > i else kwargs.get(name, default)
-
-
-_FUNCTIONS: dict[Any, str] = {
-    operator.add: "Add",
-    torch.add: "Add",
-    torch.relu: "ReLU",
-    F.relu: "ReLU",
-    torch.sigmoid: "Sigmoid",
-    torch.tanh: "Tanh",
-    F.softmax: "Softmax",
-    torch.softmax: "Softmax",
-    torch.flatten: "Flatten",
-}
-_METHODS = {
-    "add": "Add",
-    "relu": "ReLU",
-    "sigmoid": "Sigmoid",
-    "tanh": "Tanh",
-    "softmax": "Softmax",
-    "flatten": "Flatten",
-}
-
-
-def from_call(
-    kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[str, Attrs]:
-    """The op and settings of a traced function or method call.
-
-    `args` holds the positional arguments left after the call's tensor inputs.
-    """
-    op = _FUNCTIONS.get(target) if kind == "call_function" else _METHODS.get(str(target))
-    if op is None:
-        name = getattr(target, "__name__", str(target))
-        raise GraphError(
-            f"{kind.replace('call_', '')} {name!r} is not a supported op; "
-            f"supported: {', '.join(sorted(SPECS))}"
-        )
-    if op == "Softmax":
-        dim = _arg(args, kwargs, 0, "dim", None)
-        if dim is None:
-            raise GraphError("softmax needs an explicit dim")
-        return op, {"dim": int(dim)}
-    if op == "Flatten":
-        return op, _flatten_attrs(
-            _arg(args, kwargs, 0, "start_dim", 0), _arg(args, kwargs, 1, "end_dim", -1)
-        )
-    if op == "Add" and (args or kwargs):
-        raise GraphError("add with alpha or out= is not supported")
-    return op, {}
-
-
 def encode_attr(value: Any) -> pb.Attr:
     """One setting as an `Attr`."""
     if isinstance(value, bool):
@@ -182,21 +130,6 @@ def encode_attr(value: Any) -> pb.Attr:
     raise GraphError(f"setting {value!r} cannot be put in a graph")
 
 
-def _tensor_inputs(node: torch.fx.Node) -> tuple[list[str], tuple[Any, ...]]:
-    # Leading fx-node arguments are the op's tensor inputs; the rest are its settings.
-    names: list[str] = []
-    rest = list(node.args)
-    while rest and isinstance(rest[0], torch.fx.Node):
-        first = rest.pop(0)
-        assert isinstance(first, torch.fx.Node)
-        names.append(first.name)
-    if any(isinstance(a, torch.fx.Node) for a in rest) or any(
-        isinstance(v, torch.fx.Node) for v in node.kwargs.values()
-    ):
-        raise GraphError(f"node {node.name!r}: tensor arguments after settings are not supported")
-    return names, tuple(rest)
-
-
 def parameter_specs(spec_name: str, module: torch.nn.Module) -> list[pb.ParameterSpec]:
     """The names and shapes (never values) of the parameters and buffers `module` holds."""
     spec = SPECS[spec_name]
@@ -206,46 +139,6 @@ def parameter_specs(spec_name: str, module: torch.nn.Module) -> list[pb.Paramete
         if isinstance(value, torch.Tensor):
             out.append(pb.ParameterSpec(name=name, shape=list(value.shape), buffer=buffer))
     return out
-
-
-def trace(model: torch.nn.Module) -> pb.Graph:
-    """The graph of `model`; raises GraphError naming the first op outside the whitelist."""
-    try:
-        traced = torch.fx.symbolic_trace(model)
-    except Exception as exc:  # fx raises many types on dynamic control flow
-        raise GraphError(f"the model cannot be traced with torch.fx: {exc}") from exc
-    graph = pb.Graph(version=GRAPH_VERSION)
-    for node in traced.graph.nodes:
-        if node.op == "placeholder":
-            graph.inputs.append(node.name)
-            continue
-        if node.op == "output":
-            if not isinstance(node.args[0], torch.fx.Node):
-                raise GraphError("the model must return a single tensor")
-            graph.output = node.args[0].name
-            continue
-        if node.op == "get_attr":
-            raise GraphError(
-                f"node {node.name!r} reads the tensor {node.target!r} directly; "
-                "only parameters of whitelisted modules are supported"
-            )
-        inputs, rest = _tensor_inputs(node)
-        module_path = ""
-        parameters: list[pb.ParameterSpec] = []
-        if node.op == "call_module":
-            module = traced.get_submodule(str(node.target))
-            op, attrs = from_module(module)
-            module_path = str(node.target)
-            parameters = parameter_specs(op, module)
-        else:
-            op, attrs = from_call(node.op, node.target, rest, dict(node.kwargs))
-        if len(inputs) != SPECS[op].arity:
-            raise GraphError(
-                f"node {node.name!r}: {op} takes {SPECS[op].arity} tensor "
-                f"input(s), got {len(inputs)}"
-            )
-        graph.nodes.append(make_node(node.name, op, inputs, attrs, module_path, parameters))
-    return graph
 
 
 def make_node(

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from mpcml.approx.plan import resolve
+from mpcml.graph import aten_eval
 from mpcml.graph.build import build, load_weights
 from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
@@ -83,6 +84,13 @@ class JobComputation:
             row_shape = (sum(m.row_shape[0] for m in metas),)
         try:
             self.output_shape = infer_shapes(spec.graph, row_shape)
+            if spec.graph.op_table:  # the recorded output shape, checked by torch's own rules
+                derived = aten_eval.output_shape(spec.graph, tuple(row_shape))
+                if derived != tuple(self.output_shape):
+                    raise GraphError(
+                        f"the graph says its output rows have shape {list(self.output_shape)}, "
+                        f"its ops give {list(derived)}"
+                    )
         except GraphError as exc:
             raise DataError(f"the model does not fit the data: {exc}") from None
         dim = 0 if spec.split == jpb.SPLIT_HORIZONTAL else 1

@@ -29,6 +29,7 @@ import torch
 from mpcml.approx.implementations import apply
 from mpcml.approx.plan import Choice
 from mpcml.graph.build import head
+from mpcml.graph.ops import SIGMOIDS, SOFTMAXES
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
@@ -189,12 +190,13 @@ def _logits(graph: gpb.Graph, net: Any, loss: int) -> Any | None:
     """The module computing the logits the fused gradient starts from, or None."""
     last = graph.nodes[-1]
     ends_in = last.op if graph.output == last.name else ""
-    dim = last.attrs["dim"].i if ends_in == "Softmax" else 0
-    if loss == BCE and ends_in == "Sigmoid":
+    softmax = ends_in in SOFTMAXES
+    dim = last.attrs["dim"].i if softmax else 0
+    if loss == BCE and ends_in in SIGMOIDS:
         return head(graph, net)
-    if loss == CROSS_ENTROPY and ends_in == "Softmax" and dim in (1, -1):
+    if loss == CROSS_ENTROPY and softmax and dim in (1, -1):
         return head(graph, net)
-    if loss == CROSS_ENTROPY and ends_in != "Softmax":
+    if loss == CROSS_ENTROPY and not softmax:
         return net
     if loss == MSE:
         return net
