@@ -4,6 +4,11 @@ VENV ?= .venv
 # What installs offline on the CPU machines; the code itself supports torch 2.11-2.14.
 TORCH_SPEC ?= torch==2.13.0
 CRYPTEN_SPEC ?= crypten==0.4.1
+# torchvision's model zoo, for bench/models.py and the zoo tests. PyPI's wheel is a CUDA build
+# whose compiled ops cannot load beside the CPU torch, and a torchvision on the path breaks
+# transformers' import: it goes in a folder of its own that only bench/zoo.py puts on the path.
+TORCHVISION_SPEC ?= torchvision==0.28.0
+ZOO := $(VENV)/zoo
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mpcml-installed
 
@@ -18,6 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q --no-deps "$(CRYPTEN_SPEC)"
 	$(PY) -m pip install -q --no-warn-conflicts -e ".[dev]"
+	$(PY) -m pip install -q --no-deps --upgrade --target $(ZOO) "$(TORCHVISION_SPEC)"
 	touch $(STAMP)
 
 # The whole suite, with the coverage of the test process (daemons' and workers' own lines are

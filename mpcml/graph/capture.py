@@ -16,7 +16,6 @@ statistics while training), and dropout, which eval mode removes, is not applied
 from __future__ import annotations
 
 import operator
-import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from mpcml.graph.build import build
-from mpcml.graph.ops import GraphError, validate
 from mpcml.graph.capture import capture
 from mpcml.graph.digest import graph_digest
+from mpcml.graph.ops import GraphError, validate
 from mpcml.proto.v1 import graph_pb2 as pb
 from tests.graph import models
 from tests.support.check import crypten_close

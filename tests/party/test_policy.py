@@ -14,15 +14,15 @@ from torch import nn
 from mpcml.config import ConfigError
 from mpcml.demo import models
 from mpcml.demo.cluster import PARTIES_DIR
+from mpcml.graph.capture import capture
 from mpcml.graph.digest import graph_digest
-from mpcml.graph.trace import trace
 from mpcml.party import provenance
 from mpcml.party.config import PartyConfig
 from mpcml.party.policy import SEED, Lineage, Pinned, Policy, Record, Source, check, sources
 from mpcml.proto.v1 import job_pb2 as jpb
 
 ANALYST = "analyst"
-IDENTITY = trace(nn.Sequential(nn.BatchNorm1d(15, momentum=0.0)))
+IDENTITY = capture(nn.Sequential(nn.BatchNorm1d(15, momentum=0.0)), (15,))
 FROM_JOB = jpb.WeightSource(from_job="t" * 32)
 ALICES_MODEL = jpb.WeightSource(private=jpb.PrivateWeights(party="alice", model="m"))
 
@@ -91,14 +91,14 @@ def test_the_model_a_train_job_left_carries_its_training_data_to_the_recipient()
 
 
 def test_a_public_seed_linear_layer_is_refused_like_any_other_model() -> None:
-    linear = trace(nn.Sequential(nn.Linear(15, 15)))
+    linear = capture(nn.Sequential(nn.Linear(15, 15)), (15,))
     spec = _infer({"bob": "bc-test"}, "alice", graph=linear, weights=FROM_JOB)
     verdict = check(_profile("bob").policy, "bob", spec, ANALYST, _lineage("bc-train"))
     assert not verdict.allowed and "would reach 'alice'" in verdict.reason
 
 
 def test_a_private_model_goes_only_where_its_owner_allows() -> None:
-    digits = trace(models.DigitsMLP())
+    digits = capture(models.DigitsMLP(), (64,))
     private = jpb.WeightSource(private=jpb.PrivateWeights(party="bob", model="digits-mlp"))
     policy = _profile("bob").policy
     to_alice = _infer({"alice": "digits-test"}, "alice", digits, private)
@@ -130,7 +130,7 @@ def test_the_party_itself_always_receives_and_labels_do_not_flow_into_prediction
 
 
 def test_per_dataset_rules_and_the_graph_allow_list() -> None:
-    linear = trace(nn.Sequential(nn.Linear(15, 15)))
+    linear = capture(nn.Sequential(nn.Linear(15, 15)), (15,))
     policy = _policy(
         f"""
         [policy]
@@ -218,7 +218,7 @@ def test_a_malformed_policy_is_refused_naming_the_setting(toml: str, message: st
 
 
 COMMITMENT = "sha256:" + "c" * 64
-AGREED = trace(nn.Sequential(nn.Linear(15, 1)))
+AGREED = capture(nn.Sequential(nn.Linear(15, 1)), (15,))
 
 
 def _agreed_policy(weights: str = "") -> Policy:

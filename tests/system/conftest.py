@@ -15,8 +15,8 @@ from torch import nn
 from mpcml.api.client import Client
 from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
+from mpcml.graph.capture import capture
 from mpcml.graph.digest import graph_digest, weights_commitment
-from mpcml.graph.trace import trace
 
 H_SPLIT = 228
 """Horizontal split: alice holds the first 228 training rows (by id), bob the rest."""
@@ -123,7 +123,7 @@ def _extend_for_attacks(parties: Path) -> None:
             'outputs_to = { predictions = ["bob"], metrics = ["coordinator"] }\n'
         )
     shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "agreed.csv")
-    digest = graph_digest(trace(AGREED))
+    digest = graph_digest(capture(AGREED, (15,)))
     commitment = weights_commitment(AGREED_WEIGHTS)
     with (parties / "bob" / "party.toml").open("a") as f:
         f.write('\n[datasets.bc-agreed]\npath = "data/agreed.csv"\nid_column = "id"\n')

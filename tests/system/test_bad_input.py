@@ -12,7 +12,6 @@ from mpcml.api.job import Job
 from mpcml.demo import models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.graph.ops import GraphError
-from mpcml.graph.trace import trace
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from tests.system.conftest import LIMITS
@@ -179,6 +178,11 @@ def test_bad_jobs_are_refused_at_submission(
         assert log.read_text().count(line) == logged + 1, "not logged exactly once"
 
 
-def test_a_model_off_the_whitelist_is_refused_by_name_on_the_client() -> None:
-    with pytest.raises(GraphError, match="Hardswish"):
-        trace(nn.Sequential(nn.Linear(30, 4), nn.Hardswish()))
+class _Sine(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x)
+
+
+def test_a_model_with_an_op_mpcml_cannot_compute_is_refused_by_name_on_the_client() -> None:
+    with pytest.raises(GraphError, match=r"aten\.sin\.default has no lowering"):
+        Job.infer({"bob": "bc"}, model=nn.Sequential(nn.Linear(30, 4), _Sine()), input_shape=(30,))

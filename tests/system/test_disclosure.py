@@ -25,9 +25,9 @@ from mpcml.api.client import Client, ClientError
 from mpcml.api.job import Job
 from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import predictions
+from mpcml.graph.capture import capture
 from mpcml.graph.digest import graph_digest, weights_commitment
 from mpcml.graph.init import initial_state
-from mpcml.graph.trace import trace
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import dealer_pb2 as dpb
 from mpcml.proto.v1 import dealer_pb2_grpc as dgrpc
@@ -35,7 +35,7 @@ from tests.system.conftest import AGREED, AGREED_WEIGHTS, SELECT0
 
 pytestmark = pytest.mark.system
 
-DIGEST = graph_digest(trace(AGREED))
+DIGEST = graph_digest(capture(AGREED, (15,)))
 ROUTE_1 = {
     "model": AGREED,
     "weights": {"alice": "select0"},
@@ -170,7 +170,7 @@ def test_the_agreed_model_with_committed_weights_runs_until_they_change(
 def _plain_mse(x: np.ndarray, epochs: int, lr: float, seed: int) -> nn.Module:
     """Plaintext SGD on the MSE to labels of 100, batches of 64 in row order."""
     model = nn.Sequential(nn.Linear(15, 1))
-    model.load_state_dict(initial_state(trace(model), seed))
+    model.load_state_dict(initial_state(capture(model, (15,)), seed))
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     xt = torch.from_numpy(x).float()
     for _ in range(epochs):
