@@ -10,6 +10,7 @@ of the compiled ops.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,8 @@ def torchvision() -> Any:
     if _library is None:
         _library = torch.library.Library("torchvision", "FRAGMENT")
         for op in ("nms", "qnms"):
-            try:
+            with contextlib.suppress(RuntimeError):  # declared: its compiled ops did load
                 _library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            except RuntimeError:  # declared already (torchvision's compiled ops did load)
-                pass
     import torchvision as module
 
     return module

@@ -16,6 +16,7 @@ statistics while training), and dropout, which eval mode removes, is not applied
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -131,11 +132,15 @@ class _Capture:
     def _export(self) -> Any:
         batch = torch.export.Dim("batch", min=1, max=1 << 20)
         try:
-            program = torch.export.export(self.model, (self.example,), dynamic_shapes=({0: batch},))
-            table = torch.export.default_decompositions()
-            for kept in _KEPT:
-                table.pop(kept, None)  # type: ignore[no-untyped-call]
-            return program.run_decompositions(table)
+            with warnings.catch_warnings():  # torch's own deprecations inside export
+                warnings.simplefilter("ignore", FutureWarning)
+                program = torch.export.export(
+                    self.model, (self.example,), dynamic_shapes=({0: batch},)
+                )
+                table = torch.export.default_decompositions()
+                for kept in _KEPT:
+                    table.pop(kept, None)  # type: ignore[no-untyped-call]
+                return program.run_decompositions(table)
         except GraphError:
             raise
         except Exception as exc:  # export raises many kinds on what it cannot trace

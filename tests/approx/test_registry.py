@@ -111,7 +111,12 @@ def test_a_plan_resolves_per_node_with_op_defaults_and_refuses_what_the_model_la
         (
             {
                 "nodes": {
-                    "tanh": {"implementation": "poly", "knobs": {"clip": 0}, "low": -9.0, "high": 2.0}
+                    "tanh": {
+                        "implementation": "poly",
+                        "knobs": {"clip": 0},
+                        "low": -9.0,
+                        "high": 2.0,
+                    }
                 }
             },
             "node 'tanh': the node's inputs range over [-9, 2] on the calibration set, outside "
@@ -127,7 +132,11 @@ def test_plan_files_round_trip(tmp_path: object) -> None:
     plan = jpb.ApproximationPlan(source="auto")
     plan.nodes["tanh"].implementation = "poly"
     plan.nodes["tanh"].knobs["degree"] = 9
-    plan.nodes["tanh"].calibrated, plan.nodes["tanh"].low, plan.nodes["tanh"].high = True, -1.5, 2.25
+    plan.nodes["tanh"].calibrated, plan.nodes["tanh"].low, plan.nodes["tanh"].high = (
+        True,
+        -1.5,
+        2.25,
+    )
     path = f"{tmp_path}/p.toml"
     plans.write(plan, path, "test")
     assert plans.read(path) == plan

@@ -46,7 +46,7 @@ def test_rows_of_another_shape_than_captured_are_refused_naming_both() -> None:
 
 
 def test_a_model_that_does_not_fit_its_rows_is_refused_at_capture() -> None:
-    with pytest.raises(GraphError, match="torch.export cannot capture the model"):
+    with pytest.raises(GraphError, match=r"torch\.export cannot capture the model"):
         capture(models.seeded("cnn"), (3, 8, 8))
 
 

@@ -84,7 +84,9 @@ def test_explicit_and_auto_plans_are_stored_and_shown(
         assert plan.source == source and plan == job.spec.approximations
         assert handle.result().status.approximations == plan
     auto = jobs["auto"].spec.approximations
-    assert set(auto.nodes) == {"tanh", "_softmax"} and all(e.calibrated for e in auto.nodes.values())
+    assert set(auto.nodes) == {"tanh", "_softmax"} and all(
+        e.calibrated for e in auto.nodes.values()
+    )
 
 
 @pytest.mark.parametrize(

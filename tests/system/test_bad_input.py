@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import torch
 from torch import nn
 
 from mpcml.api.client import Client, ClientError
