@@ -57,11 +57,11 @@ def torchvision() -> Any:
     if str(ZOO) not in sys.path:
         sys.path.append(str(ZOO))
     if _library is None:
-        _library = torch.library.Library("torchvision", "FRAGMENT")
+        _library = torch.library.Library("torchvision", "FRAGMENT")  # type: ignore[no-untyped-call]
         for op in ("nms", "qnms"):
             with contextlib.suppress(RuntimeError):  # declared: its compiled ops did load
                 _library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    import torchvision as module
+    import torchvision as module  # type: ignore[import-not-found,unused-ignore]
 
     return module
 
