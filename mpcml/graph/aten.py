@@ -115,13 +115,8 @@ OPS: dict[str, AtenOp] = {
         ),
         _op(
             f"_native_batch_norm_legit_no_training.default({_BN}, momentum:F, eps:F)",
-            "CrypTen batchnorm: running statistics (batch statistics while training)",
+            "CrypTen batchnorm: running statistics; batch statistics in a training job",
             outputs=3,
-        ),
-        _op(
-            f"_native_batch_norm_legit_functional.default({_BN}, training:B, momentum:F, eps:F)",
-            "CrypTen batchnorm: batch statistics while training, running ones in inference",
-            outputs=5,
         ),
         _op(
             f"max_pool2d_with_indices.default({_POOL}, dilation:IL, ceil_mode:B)",
@@ -137,12 +132,10 @@ OPS: dict[str, AtenOp] = {
         _op("sum.dim_IntList(self:T, dim:IL, keepdim:B, dtype:X)", "local"),
         # layout: local on shares
         _op("view.default(self:T, size:IL)", "reshape"),
-        _op("_unsafe_view.default(self:T, size:IL)", "reshape"),
         _op("permute.default(self:T, dims:IL)", "permute"),
         _op("expand.default(self:T, size:IL, implicit:B)", "expand"),
         _op("unsqueeze.default(self:T, dim:I)", "unsqueeze"),
         _op("squeeze.dims(self:T, dim:IL)", "squeeze"),
-        _op("squeeze.dim(self:T, dim:I)", "squeeze"),
         _op("slice.Tensor(self:T, dim:I, start:I?, end:I?, step:I)", "index by a slice"),
         _op("select.int(self:T, dim:I, index:I)", "index by an integer"),
         _op("cat.default(tensors:TL, dim:I)", "crypten.cat"),
@@ -290,3 +283,16 @@ class _Absent:
 
 _ABSENT = _Absent()
 ABSENT: Any = _ABSENT
+
+
+if __name__ == "__main__":  # python -m mpcml.graph.aten > docs/ops.md
+    print(
+        "# Supported core ATen ops\n\n"
+        "Generated from `mpcml/graph/aten.py` (`python -m mpcml.graph.aten > docs/ops.md`); a test\n"
+        "checks it. A model is captured with `torch.export` and decomposed to core ATen\n"
+        "(`mpcml/graph/capture.py`); an op outside this table is refused at capture, naming the\n"
+        "op, the module that produced it and the source line. Argument kinds: T tensor, T?\n"
+        "optional tensor, TS tensor or number, TL tensor list, I int, IL int list, F float, B\n"
+        "bool, S string, X ignored (dtype, memory format); `?` marks an optional setting.\n"
+    )
+    print(table_markdown(), end="")

@@ -19,20 +19,7 @@ from mpcml.proto.v1 import graph_pb2 as pb
 Function = Callable[[pb.Node, str, torch.Tensor, int], torch.Tensor]
 """(node, registry function, input, dim) -> its value: the exact one or an emulation."""
 
-_INFERENCE = {
-    "aten._native_batch_norm_legit_functional.default": lambda a: (
-        torch.ops.aten._native_batch_norm_legit_no_training.default(
-            a["input"],
-            a["weight"],
-            a["bias"],
-            a["running_mean"],
-            a["running_var"],
-            a["momentum"],
-            a["eps"],
-        )
-    ),
-}
-_RESHAPES = ("aten.view.default", "aten._unsafe_view.default")
+_RESHAPES = ("aten.view.default",)
 """Run as reshape: the capture drops memory formats, so a view's input may not be contiguous."""
 
 
@@ -53,7 +40,6 @@ def run(
     x: torch.Tensor,
     state: Mapping[str, torch.Tensor],
     function: Function | None = None,
-    training: bool = False,
 ) -> torch.Tensor:
     """`graph` on the batch `x` with the weights `state`; meta tensors give shapes only."""
     values: dict[str, Any] = {graph.inputs[0]: x}
@@ -82,8 +68,6 @@ def run(
         if out is None:
             if node.op in _RESHAPES:
                 out = a["self"].reshape(a["size"])
-            elif not training and node.op in _INFERENCE:
-                out = _INFERENCE[node.op](a)
             else:
                 out = target(node.op)(**a)
         values[node.name] = out[0] if isinstance(out, tuple | list) else out

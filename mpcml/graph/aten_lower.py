@@ -200,7 +200,7 @@ def _select(a: Args, m: Any) -> Any:
 
 def _squeeze(a: Args, m: Any) -> Any:
     x = a["self"]
-    dims = a["dim"] if isinstance(a["dim"], list) else [a["dim"]]
+    dims = a["dim"]
     for d in sorted((d % x.dim() for d in dims), reverse=True):
         if x.size(d) == 1:
             x = x.squeeze(d)
@@ -254,7 +254,6 @@ LOWERINGS: dict[str, Lowering] = {
     "aten.exp.default": lambda a, m: a["self"].exp(),
     "aten.native_layer_norm.default": _layer_norm,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,
-    "aten._native_batch_norm_legit_functional.default": _batch_norm,
     "aten.max_pool2d_with_indices.default": _max_pool,
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": lambda a, m: a["self"].adaptive_avg_pool2d(
@@ -263,12 +262,10 @@ LOWERINGS: dict[str, Lowering] = {
     "aten.mean.dim": _mean,
     "aten.sum.dim_IntList": lambda a, m: _mean(a, m, total=True),
     "aten.view.default": lambda a, m: a["self"].reshape(a["size"]),
-    "aten._unsafe_view.default": lambda a, m: a["self"].reshape(a["size"]),
     "aten.permute.default": lambda a, m: a["self"].permute(a["dims"]),
     "aten.expand.default": lambda a, m: a["self"].expand(*a["size"]),
     "aten.unsqueeze.default": lambda a, m: a["self"].unsqueeze(a["dim"]),
     "aten.squeeze.dims": _squeeze,
-    "aten.squeeze.dim": _squeeze,
     "aten.slice.Tensor": _slice,
     "aten.select.int": _select,
     "aten.cat.default": _cat,

@@ -42,7 +42,6 @@ def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
 _NORMS = {
     "aten.native_layer_norm.default",
     "aten._native_batch_norm_legit_no_training.default",
-    "aten._native_batch_norm_legit_functional.default",
 }
 _ONES = {"weight", "running_var"}
 

@@ -29,14 +29,20 @@ def _train(**overrides: object) -> Job:
         "features": FEATURES,
         "labels": LABELS,
         "align_on": "id",
+        "input_shape": (30,),
     }
     args.update(overrides)
     return Job.train(**args)  # type: ignore[arg-type]
 
 
+def _first_op(spec: jpb.JobSpec) -> gpb.Node:
+    """The first node of the captured graph that is an op, not a parameter."""
+    return next(n for n in spec.graph.nodes if n.op.startswith("aten."))
+
+
 def _with_op(op: str) -> Job:
     job = _train()
-    job.spec.graph.nodes[0].op = op
+    _first_op(job.spec).op = op
     return job
 
 
@@ -87,19 +93,19 @@ CASES = [
         "op-off-whitelist",
         _with_op("Hardswish"),
         "INVALID_ARGUMENT",
-        "the model graph is refused: node '_0': op 'Hardswish' is not supported",
+        "the model graph is refused: node 'permute': op 'Hardswish' is not a supported core ATen",
     ),
     (
         "unknown-setting",
-        _mutate(lambda s: s.graph.nodes[0].attrs["scale"].CopyFrom(gpb.Attr(f=1e-6))),
+        _mutate(lambda s: _first_op(s).attrs["scale"].CopyFrom(gpb.Attr(f=1e-6))),
         "INVALID_ARGUMENT",
-        "node '_0': Linear has no setting 'scale' (its settings: in_features, out_features, bias)",
+        "node 'permute': aten.permute.default has no setting 'scale' (its settings: dims)",
     ),
     (
         "shape",
-        _train(model=nn.Sequential(nn.Linear(20, 1), nn.Sigmoid())),
+        _train(model=nn.Sequential(nn.Linear(20, 1), nn.Sigmoid()), input_shape=(20,)),
         "INVALID_ARGUMENT",
-        "expects 20 input features, the input has 30",
+        "captured for rows of shape [20], the data's rows have shape [30]",
     ),
     (
         "reveal-outsider",

@@ -1,0 +1,70 @@
+"""The core ATen table: every op has a CrypTen lowering, matches torch's schema, is covered by
+the op models, and computes what torch computes, on 2 and 3 parties over mutual TLS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mpcml.graph import aten, aten_eval
+from mpcml.graph.aten_lower import LOWERINGS
+from mpcml.graph.capture import capture
+from tests.graph import op_models
+from tests.support.check import crypten_close
+from tests.support.parties import run_session
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_op_in_the_table_has_a_lowering_and_torchs_argument_names() -> None:
+    assert set(LOWERINGS) == set(aten.OPS)
+    for name, op in aten.OPS.items():
+        schema = aten_eval.target(name)._schema
+        assert [a.name for a in schema.arguments] == [a for a, _ in op.args], name
+
+
+def test_the_op_models_hold_every_op_of_the_table_and_nothing_else() -> None:
+    seen: set[str] = set()
+    for name, (_, shape) in op_models.MODELS.items():
+        seen |= {n.op for n in capture(op_models.seeded(name), shape).nodes}
+    assert seen - {"Parameter", "Constant"} == set(aten.OPS)
+
+
+@pytest.mark.parametrize("name", list(op_models.MODELS))
+def test_the_captured_graph_computes_the_model_in_plain_torch(name: str) -> None:
+    model, x = op_models.seeded(name), op_models.example_input(name)
+    graph = capture(model, op_models.MODELS[name][1])
+    with torch.no_grad():
+        assert torch.allclose(aten_eval.run(graph, x, model.state_dict()), model(x), atol=1e-5)
+
+
+def test_the_docs_table_is_generated_from_the_code() -> None:
+    text = (REPO / "docs" / "ops.md").read_text()
+    assert aten.table_markdown() in text, "regenerate: python -m mpcml.graph.aten > docs/ops.md"
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("parties", [2, 3])
+def test_every_op_on_shares_matches_torch(tmp_path: Path, parties: int) -> None:
+    expected = {}
+    for name, (_, shape) in op_models.MODELS.items():
+        model, x = op_models.seeded(name), op_models.example_input(name)
+        base = tmp_path / name
+        base.with_suffix(".pb").write_bytes(capture(model, shape).SerializeToString())
+        torch.save(model.state_dict(), base.with_suffix(".pt"))
+        torch.save(x, str(base) + ".x.pt")
+        with torch.no_grad():
+            expected[name] = model(x)
+    results = run_session(
+        tmp_path,
+        parties,
+        "tests.graph.scenarios:secure_graphs",
+        scenario_kwargs={"folder": str(tmp_path), "names": list(op_models.MODELS)},
+    )
+    assert all(r.ok for r in results), [r.traceback for r in results]
+    for r in results:
+        for name, want in expected.items():
+            ok, detail = crypten_close(r.value[name], want)
+            assert ok, f"{name} on rank {r.rank} of {parties}: {detail}"
