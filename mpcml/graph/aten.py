@@ -288,8 +288,8 @@ ABSENT: Any = _ABSENT
 if __name__ == "__main__":  # python -m mpcml.graph.aten > docs/ops.md
     print(
         "# Supported core ATen ops\n\n"
-        "Generated from `mpcml/graph/aten.py` (`python -m mpcml.graph.aten > docs/ops.md`); a test\n"
-        "checks it. A model is captured with `torch.export` and decomposed to core ATen\n"
+        "Generated from `mpcml/graph/aten.py` (`python -m mpcml.graph.aten > docs/ops.md`); a\n"
+        "test checks it. A model is captured with `torch.export` and decomposed to core ATen\n"
         "(`mpcml/graph/capture.py`); an op outside this table is refused at capture, naming the\n"
         "op, the module that produced it and the source line. Argument kinds: T tensor, T?\n"
         "optional tensor, TS tensor or number, TL tensor list, I int, IL int list, F float, B\n"

@@ -65,11 +65,10 @@ def run(
             if arg in a and a[arg] is not None:
                 a[arg] = _as(a[arg], kind)
         out = _function(node, a, function) if function is not None else None
-        if out is None:
-            if node.op in _RESHAPES:
-                out = a["self"].reshape(a["size"])
-            else:
-                out = target(node.op)(**a)
+        if out is None and node.op in _RESHAPES:
+            out = a["self"].reshape(a["size"])
+        elif out is None:
+            out = target(node.op)(**a)
         values[node.name] = out[0] if isinstance(out, tuple | list) else out
     return values[graph.output]  # type: ignore[no-any-return]
 
