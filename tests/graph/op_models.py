@@ -7,6 +7,7 @@ also checks that the union of their ops is the whole table, so a new op cannot g
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,8 @@ class Convolutions(nn.Module):
         pooled = self.avg(self.max(y))
         line = self.conv1d(pooled.flatten(2))
         channels = F.adaptive_avg_pool2d(F.relu(y), (2, 2)).mean((2, 3))
-        return self.fc(torch.cat([line.mean(-1), channels], dim=1))
+        out: torch.Tensor = self.fc(torch.cat([line.mean(-1), channels], dim=1))
+        return out
 
 
 class Elementwise(nn.Module):
@@ -46,7 +48,8 @@ class Elementwise(nn.Module):
         y = F.hardswish(self.fc(x))
         y = y * F.hardsigmoid(y) + F.silu(x) - F.gelu(x, approximate="tanh") / 4
         y = torch.clamp(y, min=-1.5) + torch.clamp(x, -0.5, 0.75) - F.gelu(x)
-        y = torch.where(self.mask, y, 0.5 * x) + torch.sigmoid(x) * torch.tanh(y)
+        mask = cast(torch.Tensor, self.mask)
+        y = torch.where(mask, y, 0.5 * x) + torch.sigmoid(x) * torch.tanh(y)
         return (
             -y.detach()
             + torch.exp(x / 4)
@@ -65,15 +68,17 @@ class Layout(nn.Module):
         self.register_buffer("order", torch.tensor([3, 0, 2]), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        order = cast(torch.Tensor, self.order)
         y = self.norm(x.reshape(x.size(0), 4, 6))
         a, b = y.chunk(2, dim=1)
         scores = torch.softmax(a @ b.transpose(1, 2), dim=-1)
         z = torch.cat([scores, y[:, 1:3, :2]], dim=-1)
-        z = torch.roll(z, 1, dims=1).index_select(2, self.order[:2]).unsqueeze(1)
-        z = F.pad(z, (1, 0, 0, 1), value=0.5).squeeze(1)[:, self.order[[2, 1, 2]]]
+        z = torch.roll(z, 1, dims=1).index_select(2, order[:2]).unsqueeze(1)
+        z = F.pad(z, (1, 0, 0, 1), value=0.5).squeeze(1)[:, order[[2, 1, 2]]]
         first = y.select(1, 0).matmul(self.weight)
         total = z.sum(dim=(1, 2)).unsqueeze(-1).expand(-1, 5)
-        return first + total + z.mean(dim=-1, keepdim=True)[:, 0]
+        out: torch.Tensor = first + total + z.mean(dim=-1, keepdim=True)[:, 0]
+        return out
 
 
 class Attention(nn.Module):
@@ -88,7 +93,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = torch.cat([self.token.expand(x.size(0), -1, -1), x], dim=1) + self.position
         out, _ = self.attention(tokens, tokens, tokens, need_weights=False)
-        return out[:, 0]
+        return cast(torch.Tensor, out[:, 0])
 
 
 class ChannelsLast(nn.Module):
@@ -101,7 +106,7 @@ class ChannelsLast(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-        return self.pool(y).flatten(1)
+        return cast(torch.Tensor, self.pool(y).flatten(1))
 
 
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
