@@ -169,7 +169,8 @@ def _avg_pool(a: Args, m: Any) -> Any:
     ]
     padded = x.pad((padding[1], padding[1] + extra[1], padding[0], padding[0] + extra[0]))
     window = padded.avg_pool2d(kernel, stride=stride, padding=0)
-    window = window[..., :out_h, :out_w]
+    rows = window.dim() - 2  # narrow's backward needs dimensions counted from the front
+    window = window.narrow(rows, 0, out_h).narrow(rows + 1, 0, out_w)
     area = float(kernel[0] * kernel[1])
     return window.mul((means / sums * area)[0, 0])
 
@@ -186,16 +187,23 @@ def _mean(a: Args, m: Any, total: bool = False) -> Any:
     return x
 
 
+# Slicing and indexing by narrow and index_select: CrypTen's autograd never sees `x[...]` (Python
+# looks dunder methods up on the type), so indexing would cut the gradient of a training job.
+
+
 def _slice(a: Args, m: Any) -> Any:
     x = a["self"]
-    index = [slice(None)] * (a["dim"] % x.dim())
-    return x[(*index, slice(a["start"], a["end"], a["step"]))]
+    dim = a["dim"] % x.dim()
+    start, stop, step = slice(a["start"], a["end"], a["step"]).indices(x.size(dim))
+    if step == 1:
+        return x.narrow(dim, start, max(stop - start, 0))
+    return x.index_select(dim, torch.arange(start, stop, step))
 
 
 def _select(a: Args, m: Any) -> Any:
     x = a["self"]
-    index = [slice(None)] * (a["dim"] % x.dim())
-    return x[(*index, a["index"])]
+    dim = a["dim"] % x.dim()
+    return x.narrow(dim, a["index"] % x.size(dim), 1).squeeze(dim)
 
 
 def _squeeze(a: Args, m: Any) -> Any:
@@ -207,6 +215,17 @@ def _squeeze(a: Args, m: Any) -> Any:
     return x
 
 
+def _expand(a: Args, m: Any) -> Any:
+    # A product with public ones: CrypTen's expand has no gradient, a broadcast product has.
+    x = a["self"]
+    size = list(a["size"])
+    offset = len(size) - x.dim()
+    target = [x.size(i - offset) if s == -1 else s for i, s in enumerate(size)]
+    if list(x.size()) == target:
+        return x
+    return x.mul(torch.ones(target))
+
+
 def _cat(a: Args, m: Any) -> Any:
     import crypten
 
@@ -215,8 +234,11 @@ def _cat(a: Args, m: Any) -> Any:
 
 
 def _index(a: Args, m: Any) -> Any:
-    index = tuple(slice(None) if i is None else i for i in a["indices"])
-    return a["self"][index]
+    given = [(d, i) for d, i in enumerate(a["indices"]) if i is not None]
+    if len(given) == 1 and given[0][1].dim() == 1:  # one index tensor: a differentiable gather
+        dim, index = given[0]
+        return a["self"].index_select(dim, index)
+    return a["self"][tuple(slice(None) if i is None else i for i in a["indices"])]
 
 
 def _as_strided(a: Args, m: Any) -> Any:
@@ -263,7 +285,7 @@ LOWERINGS: dict[str, Lowering] = {
     "aten.sum.dim_IntList": lambda a, m: _mean(a, m, total=True),
     "aten.view.default": lambda a, m: a["self"].reshape(a["size"]),
     "aten.permute.default": lambda a, m: a["self"].permute(a["dims"]),
-    "aten.expand.default": lambda a, m: a["self"].expand(*a["size"]),
+    "aten.expand.default": _expand,
     "aten.unsqueeze.default": lambda a, m: a["self"].unsqueeze(a["dim"]),
     "aten.squeeze.dims": _squeeze,
     "aten.slice.Tensor": _slice,

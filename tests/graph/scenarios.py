@@ -69,3 +69,31 @@ def secure_graphs(s: mpcml.Session, folder: str, names: list[str]) -> dict[str, 
         secret = crypten.cryptensor(x if s.rank == owner else torch.empty(x.shape), src=owner)
         out[name] = net(secret).get_plain_text()
     return out
+
+
+def secure_gradients(s: mpcml.Session, folder: str, names: list[str]) -> dict[str, Any]:
+    """For each named graph, in training mode: the gradient of sum(output * r) with respect to
+    every parameter (r is `NAME.r.pt`), revealed to everyone, keyed by state_dict key."""
+    out: dict[str, Any] = {}
+    for name in names:
+        base = Path(folder) / name
+        g = pb.Graph.FromString(base.with_suffix(".pb").read_bytes())
+        net = build(g)
+        if s.rank == 0:
+            load_weights(net, g, torch.load(base.with_suffix(".pt"), weights_only=True))
+        net.encrypt(src=0)
+        net.train()
+        x = torch.load(str(base) + ".x.pt", weights_only=True)
+        r = torch.load(str(base) + ".r.pt", weights_only=True)
+        owner = s.world_size - 1
+        secret = crypten.cryptensor(x if s.rank == owner else torch.empty(x.shape), src=owner)
+        net.zero_grad()
+        net(secret).mul(r).sum().backward()
+        grads = {}
+        for node in g.nodes:
+            if node.op == "Parameter" and not node.parameters[0].buffer:
+                p = getattr(net._modules[node.name], node.parameters[0].name)
+                key = f"{node.module}.{node.parameters[0].name}".lstrip(".")
+                grads[key] = None if p.grad is None else p.grad.get_plain_text()
+        out[name] = grads
+    return out

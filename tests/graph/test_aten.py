@@ -68,3 +68,41 @@ def test_every_op_on_shares_matches_torch(tmp_path: Path, parties: int) -> None:
         for name, want in expected.items():
             ok, detail = crypten_close(r.value[name], want)
             assert ok, f"{name} on rank {r.rank} of {parties}: {detail}"
+
+
+@pytest.mark.system
+def test_gradients_through_every_op_on_shares_match_torch(tmp_path: Path) -> None:
+    """Training mode (batch statistics): the gradient reaches every parameter, as in torch."""
+    expected = {}
+    for name, (_, shape) in op_models.MODELS.items():
+        model, x = op_models.seeded(name), op_models.example_input(name)
+        model.train()
+        r = torch.randn(model(x).shape, generator=torch.Generator().manual_seed(2))
+        base = tmp_path / name
+        base.with_suffix(".pb").write_bytes(capture(model, shape).SerializeToString())
+        torch.save(model.state_dict(), base.with_suffix(".pt"))
+        torch.save(x, str(base) + ".x.pt")
+        torch.save(r, str(base) + ".r.pt")
+        model.zero_grad()
+        out = model(x)
+        if out.requires_grad:  # (elementwise's parameters feed a detach: no gradient, as in torch)
+            (out * r).sum().backward()
+        expected[name] = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    results = run_session(
+        tmp_path,
+        2,
+        "tests.graph.scenarios:secure_gradients",
+        scenario_kwargs={"folder": str(tmp_path), "names": list(op_models.MODELS)},
+    )
+    assert all(r.ok for r in results), [r.traceback for r in results]
+    wrong = []
+    for name, grads in expected.items():
+        secure = results[0].value[name]
+        for key, want in grads.items():
+            if secure[key] is None:
+                wrong.append(f"{name}: no gradient reaches {key}")
+                continue
+            ok, detail = crypten_close(secure[key], want, tolerance=0.1)
+            if not ok:
+                wrong.append(f"{name}: gradient of {key}: {detail}")
+    assert not wrong, "\n".join(wrong)

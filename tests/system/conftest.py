@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from bench import zoo
 from mpcml.api.client import Client
 from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
@@ -77,6 +78,7 @@ def _extend_profiles(parties: Path) -> None:
         )
         f.write('\n[models.identity]\npath = "identity.pt"\n')
     _extend_for_attacks(parties)
+    _extend_for_zoo(parties)
     # bob's digits classifiers with Tanh and Softmax (the approximation tests), and alice's
     # test images as 1x8x8 for the convolutional one.
     digits = data.digits()
@@ -90,6 +92,43 @@ def _extend_profiles(parties: Path) -> None:
     np.savez(images, x=digits.x_test.reshape(-1, 1, 8, 8), id=digits.id_test)
     with (parties / "alice" / "party.toml").open("a") as f:
         f.write('\n[datasets.digits-images]\npath = "data/digits_images.npz"\nid_column = "id"\n')
+
+
+ZOO_MODELS = ("squeezenet1_0", "resnet18", "mobilenet_v3_small", "shufflenet_v2_x0_5")
+"""The torchvision classifiers the suite runs through the daemons (tests/system/test_zoo.py)."""
+ZOO_SIZE = 32
+
+
+def _extend_for_zoo(parties: Path) -> None:
+    """alice's digits training images and one 3x32x32 image, carol's digits training labels,
+    and bob's zoo classifiers (random weights) as private models whose logits go to alice."""
+    digits = data.digits()
+    alice, bob, carol = (parties / name for name in ("alice", "bob", "carol"))
+    np.savez(
+        alice / "data" / "digits_train_images.npz",
+        x=digits.x_train.reshape(-1, 1, 8, 8),
+        id=digits.id_train,
+    )
+    image = np.random.default_rng(1).standard_normal((1, 3, ZOO_SIZE, ZOO_SIZE))
+    np.savez(alice / "data" / "zoo_image.npz", x=image.astype(np.float32), id=np.array([0]))
+    to_alice = '{ predictions = ["alice"] }'
+    with (alice / "party.toml").open("a") as f:
+        for name in ("digits-train-images", "zoo-image"):
+            path = name.replace("-", "_")
+            f.write(f'\n[datasets.{name}]\npath = "data/{path}.npz"\nid_column = "id"\n')
+        f.write(f"\n[policy.for_dataset.zoo-image]\noutputs_to = {to_alice}\n")
+    rows = "\n".join(f"{i},{y}" for i, y in zip(digits.id_train, digits.y_train, strict=True))
+    (carol / "data" / "digits_train_labels.csv").write_text(f"id,label\n{rows}\n")
+    with (carol / "party.toml").open("a") as f:
+        f.write('\n[datasets.digits-train-labels]\npath = "data/digits_train_labels.csv"\n')
+        f.write('id_column = "id"\n')
+    if zoo.torchvision() is None:
+        return
+    with (bob / "party.toml").open("a") as f:
+        for name in ZOO_MODELS:
+            torch.save(zoo.classifier(name).state_dict(), bob / f"zoo_{name}.pt")
+            f.write(f'\n[models.zoo-{name}]\npath = "zoo_{name}.pt"\n')
+            f.write(f"\n[policy.for_model.zoo-{name}]\noutputs_to = {to_alice}\n")
 
 
 def _extend_for_attacks(parties: Path) -> None:
