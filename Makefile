@@ -60,6 +60,7 @@ bench: install
 	$(PY) bench/load.py
 	$(PY) bench/train.py
 	$(PY) bench/transformers.py
+	$(PY) bench/models.py
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
 # and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).

@@ -37,9 +37,10 @@ from mpcml.demo.run import predictions  # noqa: E402
 from mpcml.jobs.spec import parties_in_order  # noqa: E402
 from mpcml.proto.v1 import coordinator_pb2 as cpb  # noqa: E402
 
-TOLERANCE = 0.1
-"""The largest logit error accepted: CrypTen's 16 fractional bits and approximations, through
-tens of layers of random (untrained) weights."""
+TOLERANCE = 0.05
+"""The largest logit error accepted, relative to the largest logit (or 1 where they are all
+smaller): CrypTen's 16 fractional bits and approximations, through tens of layers of random
+(untrained) weights whose activations grow with depth (resnet50's logits reach 50)."""
 MIB = 2**20
 TO_ALICE = '{ predictions = ["alice"] }'
 
@@ -107,6 +108,7 @@ def run_model(client: Client, cluster: LocalCluster, name: str, limit: float) ->
         "capture_s": capture_s,
         "seconds": time.monotonic() - began - capture_s,
         "error": float(np.abs(secure.reshape(plain.shape) - plain).max()),
+        "largest": float(np.abs(plain).max()),
         "rounds": result.communication_rounds,
         "parties": len(parties_in_order(job.spec)),
         "mib": result.bytes_sent / MIB / len(parties_in_order(job.spec)),
@@ -139,7 +141,7 @@ def _print(rows: list[dict[str, Any]], total: float) -> None:
     parties = sorted({r["parties"] for r in rows if r["ok"]})
     print(f"Model zoo through the daemons ({parties} parties, dealer, mutual TLS, batch 1)")
     print(
-        f"{'model':20} {'size':>4} {'runs':>5} {'max err':>9} {'seconds':>8} "
+        f"{'model':20} {'size':>4} {'runs':>5} {'max err':>9} {'|logit|':>8} {'seconds':>8} "
         f"{'rounds':>7} {'MiB/party':>9}"
     )
     good = 0
@@ -147,15 +149,15 @@ def _print(rows: list[dict[str, Any]], total: float) -> None:
         if not r["ok"]:
             print(f"{r['name']:20} {'':>4} {'no':>5}  {r['why']}")
             continue
-        within = r["error"] <= TOLERANCE
+        within = r["error"] <= TOLERANCE * max(1.0, r["largest"])
         good += within
         print(
             f"{r['name']:20} {r['size']:>4} {'yes' if within else 'err':>5} {r['error']:>9.4f} "
-            f"{r['seconds']:>8.1f} {r['rounds']:>7} {r['mib']:>9.1f}"
+            f"{r['largest']:>8.2f} {r['seconds']:>8.1f} {r['rounds']:>7} {r['mib']:>9.1f}"
         )
     print(
-        f"{good} of {len(rows)} run within a logit error of {TOLERANCE} (target: 16 of 18); "
-        f"{total:.0f} s in all"
+        f"{good} of {len(rows)} run with a logit error within {TOLERANCE:.0%} of the largest "
+        f"logit (target: 16 of 18); {total:.0f} s in all"
     )
 
 

@@ -14,6 +14,7 @@ import torch
 
 from mpcml.graph.aten import ABSENT, OPS, PARAMETER, PUBLIC_ARGS, bind
 from mpcml.graph.ops import GraphError, decode_attrs
+from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
 
 Function = Callable[[pb.Node, str, torch.Tensor, int], torch.Tensor]
@@ -32,7 +33,7 @@ def target(name: str) -> Any:
 def key(node: pb.Node) -> str:
     """The state_dict key of a Parameter node."""
     leaf = node.parameters[0].name
-    return f"{node.module}.{leaf}" if node.module else leaf
+    return parameter_key(node.module, leaf)
 
 
 def run(

@@ -60,8 +60,26 @@ def _convolution(a: Args, m: Any) -> Any:
     return out if a["bias"] is None else out.add(a["bias"].reshape(shape))
 
 
+PRODUCT_ELEMENTS = 1 << 24
+"""The most elements of a secret weight one Beaver product takes (the dealer serves tuples of
+at most 2^26): a bigger matrix is multiplied in column blocks, one more round each."""
+
+
+def _product(x: Any, w: Any) -> Any:
+    if not _secret(w) or w.dim() != 2 or w.size(0) * w.size(1) <= PRODUCT_ELEMENTS:
+        return x.matmul(w)
+    import crypten
+
+    width = max(1, PRODUCT_ELEMENTS // w.size(0))
+    blocks = [
+        x.matmul(w.narrow(1, start, min(width, w.size(1) - start)))
+        for start in range(0, w.size(1), width)
+    ]
+    return crypten.cat(blocks, dim=-1)
+
+
 def _addmm(a: Args, m: Any) -> Any:
-    product = _scaled(a["mat1"].matmul(a["mat2"]), a["alpha"])
+    product = _scaled(_product(a["mat1"], a["mat2"]), a["alpha"])
     return _add(product, _scaled(a["self"], a["beta"]))
 
 
@@ -69,7 +87,7 @@ def _matmul(a: Args, m: Any) -> Any:
     x, y = a["self"], a["mat2"]
     if not _secret(x):  # a public left factor: (y^T x^T)^T keeps the secret first
         return y.transpose(-1, -2).matmul(x.transpose(-1, -2)).transpose(-1, -2)
-    return x.matmul(y)
+    return _product(x, y)
 
 
 def _div(a: Args, m: Any) -> Any:

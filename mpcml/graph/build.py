@@ -11,6 +11,7 @@ from mpcml.approx.implementations import apply
 from mpcml.approx.plan import Choice
 from mpcml.graph.aten import PARAMETER
 from mpcml.graph.ops import SPECS, GraphError, crypten_nn, decode_attrs, validate
+from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
 
 
@@ -111,7 +112,7 @@ def load_weights(module: Any, graph: pb.Graph, state: Mapping[str, torch.Tensor]
     for node in graph.nodes:
         target = module._modules[node.name]
         for p in node.parameters:
-            key = f"{node.module}.{p.name}" if node.module else p.name
+            key = parameter_key(node.module, p.name)
             value = state.get(key)
             if value is None:
                 raise GraphError(f"the weights have no {key!r} for node {node.name!r}")

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
 
 
@@ -29,7 +30,7 @@ def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
         fan_in = math.prod(weight[1:]) if len(weight) > 1 else 1
         bound = 1.0 / math.sqrt(max(fan_in, 1))
         for p in node.parameters:
-            key = f"{node.module}.{p.name}"
+            key = parameter_key(node.module, p.name)
             shape = list(p.shape)
             if node.op.startswith("BatchNorm"):
                 ones = p.name in ("weight", "running_var")
@@ -66,7 +67,7 @@ def _captured(graph: pb.Graph, generator: torch.Generator) -> dict[str, torch.Te
     state: dict[str, torch.Tensor] = {}
     for node in parameters:
         p = node.parameters[0]
-        key = f"{node.module}.{p.name}" if node.module else p.name
+        key = parameter_key(node.module, p.name)
         shape = list(p.shape)
         if node.name in roles:
             ones = roles[node.name] in _ONES

@@ -47,3 +47,8 @@ def crypten_nn() -> Any:
     import crypten.nn
 
     return crypten.nn
+
+
+def parameter_key(module: str, name: str) -> str:
+    """The state_dict key of parameter `name` of the module at path `module` ("" at the root)."""
+    return f"{module}.{name}" if module else name

@@ -14,6 +14,7 @@ from mpcml.approx.registry import PlanError
 from mpcml.errors import MpcmlError
 from mpcml.graph.ops import GraphError
 from mpcml.graph.ops import validate as check_graph
+from mpcml.graph.opspec import parameter_key
 from mpcml.graph.sequence_ops import input_shape
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.spec import COORDINATOR, RoundPlan, parties_in_order, round_plan
@@ -210,7 +211,7 @@ def _check_keys(spec: jpb.JobSpec, owner: jpb.PrivateWeights, info: cpb.ModelInf
     """A private model must hold every parameter of the graph, in the graph's shape."""
     held = {p.name: list(p.shape) for p in info.parameters}
     wanted = {
-        f"{node.module}.{p.name}": list(p.shape)
+        parameter_key(node.module, p.name): list(p.shape)
         for node in spec.graph.nodes
         for p in node.parameters
     }

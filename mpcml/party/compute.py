@@ -19,6 +19,7 @@ from mpcml.graph import aten_eval
 from mpcml.graph.build import build, load_weights
 from mpcml.graph.init import initial_state
 from mpcml.graph.ops import GraphError
+from mpcml.graph.opspec import parameter_key
 from mpcml.graph.shapes import infer_shapes
 from mpcml.jobs.coverage import dataset_rows
 from mpcml.jobs.order import epoch_order
@@ -193,7 +194,7 @@ class JobComputation:
         for node in self.spec.graph.nodes:
             module = net._modules[node.name]
             for p in node.parameters:
-                out[f"{node.module}.{p.name}"] = getattr(module, p.name)
+                out[parameter_key(node.module, p.name)] = getattr(module, p.name)
         return out
 
     def _load_shares(self, net: Any, job_id: str) -> None:

@@ -52,9 +52,18 @@ def secure_training(s: mpcml.Session, graph: str, weights: str) -> dict[str, Any
     }
 
 
-def secure_graphs(s: mpcml.Session, folder: str, names: list[str]) -> dict[str, Any]:
+def secure_graphs(
+    s: mpcml.Session, folder: str, names: list[str], product_elements: int = 0
+) -> dict[str, Any]:
     """Each named graph of `folder` (`NAME.pb`, `NAME.pt` weights, `NAME.x.pt` input): rank 0
-    owns the weights, the last rank the input; everyone learns every output."""
+    owns the weights, the last rank the input; everyone learns every output.
+
+    `product_elements` lowers the size above which a weight is multiplied in column blocks.
+    """
+    from mpcml.graph import aten_lower
+
+    if product_elements:
+        aten_lower.PRODUCT_ELEMENTS = product_elements
     out = {}
     for name in names:
         base = Path(folder) / name
