@@ -27,6 +27,7 @@ idempotency_key = "cli-train"
 [model]
 python = "mpcml.demo.models:LogisticRegression"
 args = {{ in_features = 30 }}
+input_shape = [30]
 [features]
 alice = "bc-train"
 bob = "bc-train"
