@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
-from mpcml.cli.main import main
 from mpcml.demo.models import LogisticRegression
 from mpcml.graph.capture import capture
 from mpcml.graph.digest import graph_digest
@@ -25,18 +24,23 @@ carol = "bc-train-labels"
 """
 
 
+def _digest(job: Path) -> subprocess.CompletedProcess[str]:
+    mpcml = Path(sys.executable).parent / "mpcml"
+    return subprocess.run(
+        [str(mpcml), "job", "digest", str(job)], capture_output=True, text=True, timeout=120
+    )
+
+
 def test_the_digest_of_a_job_file_is_that_of_the_model_captured_for_its_rows(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path,
 ) -> None:
     (tmp_path / "job.toml").write_text(JOB.format(shape="input_shape = [30]"))
-    assert main(["job", "digest", str(tmp_path / "job.toml")]) == 0
-    expected = graph_digest(capture(LogisticRegression(), (30,)))
-    assert capfd.readouterr().out.strip() == expected
+    done = _digest(tmp_path / "job.toml")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == graph_digest(capture(LogisticRegression(), (30,)))
 
 
-def test_a_job_file_without_input_shape_has_no_offline_digest(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
+def test_a_job_file_without_input_shape_has_no_offline_digest(tmp_path: Path) -> None:
     (tmp_path / "job.toml").write_text(JOB.format(shape=""))
-    assert main(["job", "digest", str(tmp_path / "job.toml")]) == 2
-    assert "input_shape = [...]" in capfd.readouterr().err
+    done = _digest(tmp_path / "job.toml")
+    assert done.returncode == 2 and "input_shape = [...]" in done.stderr
