@@ -293,6 +293,12 @@ if __name__ == "__main__":  # python -m mpcml.graph.aten > docs/ops.md
         "(`mpcml/graph/capture.py`); an op outside this table is refused at capture, naming the\n"
         "op, the module that produced it and the source line. Argument kinds: T tensor, T?\n"
         "optional tensor, TS tensor or number, TL tensor list, I int, IL int list, F float, B\n"
-        "bool, S string, X ignored (dtype, memory format); `?` marks an optional setting.\n"
+        "bool, S string, X ignored (dtype, memory format); `?` marks an optional setting.\n\n"
+        "Limits, as built: the model is captured in eval mode, so dropout is not applied in\n"
+        "training (batch norm does use batch statistics in a training job); a transposed\n"
+        "convolution, a division by a secret value and data-dependent control flow are\n"
+        "refused; indexing by several index tensors at once computes but passes no gradient;\n"
+        "Hugging Face models built through `mpcml.graph.hf` still go through its torch.fx\n"
+        "lowering (`graph/lower.py`).\n"
     )
     print(table_markdown(), end="")
