@@ -1,7 +1,8 @@
 """Writes `digits_infer.json`, the job the Node.js client submits (`python digits_infer.py`).
 
-A client outside Python cannot trace a torch model, so the job travels as a whole `JobSpec` in
-the proto3 JSON mapping, made here once by the Python job API: bob's private digits model on
+A client outside Python cannot capture a torch model, so the job travels as a whole `JobSpec`
+in the proto3 JSON mapping, made here once by the Python job API (the model captured for
+alice's rows of 64 pixels): bob's private digits model on
 alice's images, predictions revealed to alice only. tests/examples/test_node_client.py checks
 that the committed file is still what this script writes.
 """
@@ -29,6 +30,7 @@ def spec_json() -> str:
         features={"alice": "digits-test"},
         reveal={"predictions": ["alice"]},
         name="digits-node-example",
+        input_shape=(64,),
     )
     return json_format.MessageToJson(job.spec, indent=2, sort_keys=True) + "\n"
 
