@@ -16,6 +16,7 @@ statistics while training), and dropout, which eval mode removes, is not applied
 from __future__ import annotations
 
 import operator
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any, cast
@@ -27,6 +28,9 @@ from mpcml.graph.aten import BATCH_SUFFIX, OPS, PARAMETER, TABLE_VERSION, AtenOp
 from mpcml.graph.ops import GRAPH_VERSION, GraphError
 from mpcml.graph.trace import encode_attr
 from mpcml.proto.v1 import graph_pb2 as pb
+
+_EXPORTING = threading.Lock()
+"""torch.export keeps global tracing state: jobs submitted from several threads capture in turn."""
 
 EXAMPLE_BATCH = 2
 """The batch of the example input the model is exported with (the batch stays dynamic)."""
@@ -379,4 +383,5 @@ def capture(model: torch.nn.Module, input_shape: Sequence[int]) -> pb.Graph:
     """The core ATen graph of `model` on rows of `input_shape` (no batch dimension)."""
     if not isinstance(model, torch.nn.Module):
         raise GraphError(f"the model must be a torch.nn.Module, got {type(model).__name__}")
-    return _Capture(model, example_input(input_shape)).run()
+    with _EXPORTING:
+        return _Capture(model, example_input(input_shape)).run()

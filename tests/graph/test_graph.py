@@ -4,6 +4,7 @@ matches the torch model on the same input."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,10 @@ def test_secure_training_of_a_traced_model_matches_torch(tmp_path: Path) -> None
             ), f"{key} did not train"
             ok, detail = crypten_close(value, expected)
             assert ok, f"{key} on rank {r.rank}: {detail}"
+
+
+def test_models_captured_from_several_threads_at_once_give_one_graph() -> None:
+    # Jobs submitted from a thread pool each capture their model at submission.
+    with ThreadPoolExecutor(3) as pool:
+        digests = set(pool.map(lambda _: graph_digest(capture(models.mlp(), (6,))), range(3)))
+    assert len(digests) == 1
