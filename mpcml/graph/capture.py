@@ -125,6 +125,8 @@ class _Capture:
         out = by_name[user_outputs[0]]
         if out.name not in self.secret:
             raise GraphError("the model's output does not depend on its input or weights")
+        if not self.graph.nodes:
+            raise GraphError("the model computes nothing: its output is its input")
         self.graph.output = self.secret[out.name]
         value = self.values[out.name]
         self.graph.input_shape.extend(self.example.shape[1:])

@@ -19,7 +19,7 @@ from tests.crypten_suite.harness import Suite
 SUITES = [
     Suite("test.test_mpc", "TestTFP", 2, "TFP", ci=False),
     Suite("test.test_mpc", "TestTFP", 2, "dealer"),
-    Suite("test.test_mpc", "Test3PC", 3, "dealer", heavy=False),
+    Suite("test.test_mpc", "Test3PC", 3, "dealer", heavy=False, ci=False),
     Suite("test.test_communicator", "TestCommunicatorMultiProcess", 2, "dealer"),
     Suite("test.test_binary", "TestBinary", 2, "dealer", ci=False),
     Suite("test.test_binary", "TestBinary", 3, "TFP"),

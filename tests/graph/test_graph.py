@@ -163,3 +163,8 @@ def test_models_captured_from_several_threads_at_once_give_one_graph() -> None:
     with ThreadPoolExecutor(3) as pool:
         digests = set(pool.map(lambda _: graph_digest(capture(models.mlp(), (6,))), range(3)))
     assert len(digests) == 1
+
+
+def test_a_model_that_returns_its_input_is_refused_at_capture() -> None:
+    with pytest.raises(GraphError, match="computes nothing"):
+        capture(nn.Sequential(nn.Flatten()), (6,))

@@ -117,7 +117,7 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
         "reach 'bob', and policy.outputs_to does not name 'bob' for predictions": (
             client,
             Job.infer(
-                model=nn.Sequential(nn.Flatten()),
+                model=nn.Sequential(nn.Flatten(), nn.ReLU()),
                 weights={"bob": "digits-mlp"},
                 features={"alice": "bc-test"},
                 reveal={"predictions": ["bob"]},
