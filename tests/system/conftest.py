@@ -94,35 +94,29 @@ def _extend_profiles(parties: Path) -> None:
         f.write('\n[datasets.digits-images]\npath = "data/digits_images.npz"\nid_column = "id"\n')
 
 
-ZOO_MODELS = ("squeezenet1_0", "mobilenet_v3_small")
+ZOO_MODELS = ("mobilenet_v3_small",)
 """The torchvision classifiers the suite runs through the daemons (tests/system/test_zoo.py):
-ceil-mode pooling and concatenation, Hardswish and squeeze-and-excitation. bench/models.py
-runs all 18."""
+Hardswish and squeeze-and-excitation gates; tests/graph/test_aten.py covers every op on
+shares and bench/models.py runs all 18."""
 ZOO_SIZE = 32
 
 
 def _extend_for_zoo(parties: Path) -> None:
-    """alice's digits training images and one 3x32x32 image, carol's digits training labels,
-    and bob's zoo classifiers (random weights) as private models whose logits go to alice."""
+    """carol's labels of the digits test images (alice's `digits-images`), one 3x32x32 image
+    of alice's, and bob's zoo classifiers (random weights) as private models whose logits go to
+    alice."""
     digits = data.digits()
     alice, bob, carol = (parties / name for name in ("alice", "bob", "carol"))
-    np.savez(
-        alice / "data" / "digits_train_images.npz",
-        x=digits.x_train.reshape(-1, 1, 8, 8),
-        id=digits.id_train,
-    )
     image = np.random.default_rng(1).standard_normal((1, 3, ZOO_SIZE, ZOO_SIZE))
     np.savez(alice / "data" / "zoo_image.npz", x=image.astype(np.float32), id=np.array([0]))
     to_alice = '{ predictions = ["alice"] }'
     with (alice / "party.toml").open("a") as f:
-        for name in ("digits-train-images", "zoo-image"):
-            path = name.replace("-", "_")
-            f.write(f'\n[datasets.{name}]\npath = "data/{path}.npz"\nid_column = "id"\n')
+        f.write('\n[datasets.zoo-image]\npath = "data/zoo_image.npz"\nid_column = "id"\n')
         f.write(f"\n[policy.for_dataset.zoo-image]\noutputs_to = {to_alice}\n")
-    rows = "\n".join(f"{i},{y}" for i, y in zip(digits.id_train, digits.y_train, strict=True))
-    (carol / "data" / "digits_train_labels.csv").write_text(f"id,label\n{rows}\n")
+    rows = "\n".join(f"{i},{y}" for i, y in zip(digits.id_test, digits.y_test, strict=True))
+    (carol / "data" / "digits_test_labels.csv").write_text(f"id,label\n{rows}\n")
     with (carol / "party.toml").open("a") as f:
-        f.write('\n[datasets.digits-train-labels]\npath = "data/digits_train_labels.csv"\n')
+        f.write('\n[datasets.digits-test-labels]\npath = "data/digits_test_labels.csv"\n')
         f.write('id_column = "id"\n')
     if zoo.torchvision() is None:
         return

@@ -65,7 +65,8 @@ class DigitsResNet(nn.Module):
         return out
 
 
-HYPER = {"epochs": 2, "lr": 0.1, "momentum": 0.9, "batch_size": 32, "seed": 4}
+HYPER = {"epochs": 4, "lr": 0.1, "momentum": 0.9, "batch_size": 32, "seed": 4}
+"""Trained on the 360 digits test images (44 batches), scored on the 1437 training ones."""
 
 
 def _accuracy(state: dict[str, torch.Tensor]) -> float:
@@ -74,16 +75,16 @@ def _accuracy(state: dict[str, torch.Tensor]) -> float:
     model.load_state_dict(state)
     model.eval()
     with torch.no_grad():
-        out = model(torch.from_numpy(digits.x_test.reshape(-1, 1, 8, 8)))
-    return float((out.argmax(1).numpy() == digits.y_test).mean())
+        out = model(torch.from_numpy(digits.x_train.reshape(-1, 1, 8, 8)))
+    return float((out.argmax(1).numpy() == digits.y_train).mean())
 
 
 def test_a_residual_cnn_trains_through_the_job_api_to_plaintext_accuracy(client: Client) -> None:
     handle = client.submit(
         Job.train(
             DigitsResNet(),
-            {"alice": "digits-train-images"},
-            {"carol": "digits-train-labels"},
+            {"alice": "digits-images"},
+            {"carol": "digits-test-labels"},
             align_on="id",
             loss="cross_entropy",
             reveal={"weights": ["carol"]},
@@ -95,7 +96,7 @@ def test_a_residual_cnn_trains_through_the_job_api_to_plaintext_accuracy(client:
     [output] = handle.result().outputs
     secure = torch.load(output.path, weights_only=True)
     digits = data.digits()
-    x, y = by_id(digits.id_train, digits.x_train.reshape(-1, 1, 8, 8), digits.y_train)
+    x, y = by_id(digits.id_test, digits.x_test.reshape(-1, 1, 8, 8), digits.y_test)
     plain = DigitsResNet().train()
     plaintext_train(plain, x, y, loss="cross_entropy", **HYPER)  # type: ignore[arg-type]
     plain_accuracy, secure_accuracy = _accuracy(plain.state_dict()), _accuracy(secure)
