@@ -6,8 +6,9 @@ except `test_communicator`, whose tests are written for two parties (`1 - rank` 
 gather compared with `[0, 1]`, and a byte count CrypTen's own communicator only meets at two).
 `make test` runs the tests not in `SLOW` of one suite per module but test_gradients (the others
 have `ci=False`: each suite adds 10-45 s of start-up to CI, and the suite went over 20 minutes
-once the model zoo's tests came in; test_autograd's suite runs CrypTen's gradients in CI); `make test-crypten` runs every test of
-every suite, but the slow ones of a suite that is not `heavy`: at 3 parties on 2 cores those of
+once the model zoo's tests came in; test_autograd's suite runs CrypTen's gradients in CI);
+`make test-crypten` runs every test of every suite, but the slow ones of a suite that is not
+`heavy`: at 3 parties on 2 cores those of
 test_mpc, test_arithmetic and test_gradients take 60-170 s each (test_mpc.Test3PC: 16 of its 78
 tests in 18 min on the dealer, 24 in 30 min on TFP beside another run, all passed;
 test_arithmetic at 3 parties on TFP: 34 of 34 passed in 952 s).
