@@ -211,14 +211,11 @@ def check_node(node: pb.Node, known: set[str]) -> None:
 
 def _input_kind(op: AtenOp, node: pb.Node, index: int) -> str:
     """The kind of the argument the node's `index`-th input stands for."""
-    i = 0
-    for name, kind in op.args:
-        if kind not in _TENSORS or (kind == "TS" and name in node.attrs):
-            continue
-        width = int(node.attrs[f"{name}#"].i) if kind == "TL" else 1
-        if index < i + width:
+    start = 0
+    for _, kind, width in tensor_args(op, node):
+        if index < start + width:
             return kind
-        i += width
+        start += width
     return ""
 
 

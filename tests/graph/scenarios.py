@@ -10,6 +10,7 @@ import torch
 
 import mpcml
 from mpcml.graph.build import build, load_weights
+from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
 from tests.graph import models
 
@@ -52,6 +53,20 @@ def secure_training(s: mpcml.Session, graph: str, weights: str) -> dict[str, Any
     }
 
 
+def _shared_graph(s: mpcml.Session, base: Path) -> tuple[pb.Graph, Any, Any]:
+    """The graph `base.pb` built with rank 0's weights (`base.pt`) and the last rank's input
+    (`base.x.pt`) shared: the graph, the encrypted module and the secret input."""
+    g = pb.Graph.FromString(base.with_suffix(".pb").read_bytes())
+    net = build(g)
+    if s.rank == 0:
+        load_weights(net, g, torch.load(base.with_suffix(".pt"), weights_only=True))
+    net.encrypt(src=0)
+    x = torch.load(str(base) + ".x.pt", weights_only=True)
+    owner = s.world_size - 1
+    secret = crypten.cryptensor(x if s.rank == owner else torch.empty(x.shape), src=owner)
+    return g, net, secret
+
+
 def secure_graphs(
     s: mpcml.Session, folder: str, names: list[str], product_elements: int = 0
 ) -> dict[str, Any]:
@@ -66,16 +81,8 @@ def secure_graphs(
         aten_lower.PRODUCT_ELEMENTS = product_elements
     out = {}
     for name in names:
-        base = Path(folder) / name
-        g = pb.Graph.FromString(base.with_suffix(".pb").read_bytes())
-        net = build(g)
-        if s.rank == 0:
-            load_weights(net, g, torch.load(base.with_suffix(".pt"), weights_only=True))
-        net.encrypt(src=0)
+        _, net, secret = _shared_graph(s, Path(folder) / name)
         net.eval()
-        x = torch.load(str(base) + ".x.pt", weights_only=True)
-        owner = s.world_size - 1
-        secret = crypten.cryptensor(x if s.rank == owner else torch.empty(x.shape), src=owner)
         out[name] = net(secret).get_plain_text()
     return out
 
@@ -85,24 +92,17 @@ def secure_gradients(s: mpcml.Session, folder: str, names: list[str]) -> dict[st
     every parameter (r is `NAME.r.pt`), revealed to everyone, keyed by state_dict key."""
     out: dict[str, Any] = {}
     for name in names:
-        base = Path(folder) / name
-        g = pb.Graph.FromString(base.with_suffix(".pb").read_bytes())
-        net = build(g)
-        if s.rank == 0:
-            load_weights(net, g, torch.load(base.with_suffix(".pt"), weights_only=True))
-        net.encrypt(src=0)
+        g, net, secret = _shared_graph(s, Path(folder) / name)
         net.train()
-        x = torch.load(str(base) + ".x.pt", weights_only=True)
-        r = torch.load(str(base) + ".r.pt", weights_only=True)
-        owner = s.world_size - 1
-        secret = crypten.cryptensor(x if s.rank == owner else torch.empty(x.shape), src=owner)
+        r = torch.load(str(Path(folder) / name) + ".r.pt", weights_only=True)
         net.zero_grad()
         net(secret).mul(r).sum().backward()
         grads = {}
         for node in g.nodes:
-            if node.op == "Parameter" and not node.parameters[0].buffer:
-                p = getattr(net._modules[node.name], node.parameters[0].name)
-                key = f"{node.module}.{node.parameters[0].name}".lstrip(".")
+            spec = node.parameters[0] if node.op == "Parameter" else None
+            if spec is not None and not spec.buffer:
+                p = getattr(net._modules[node.name], spec.name)
+                key = parameter_key(node.module, spec.name)
                 grads[key] = None if p.grad is None else p.grad.get_plain_text()
         out[name] = grads
     return out
