@@ -45,7 +45,7 @@ def grpc_mpc(spec: dict[str, Any]) -> dict[str, Any]:
     from bench import workloads
     from mpcml.runtime import compat
 
-    compat.stock_config_reads()  # stock CrypTen reads its config through OmegaConf
+    compat.stock()  # CrypTen as shipped (config reads, comparisons)
     torch.set_num_threads(TORCH_THREADS)
     from mpcml.runtime.provider import DealerEndpoint
 
@@ -70,7 +70,7 @@ def _gloo_party(names: list[str], reps: int, warmup: int) -> dict[str, Any]:
     from bench import workloads
     from mpcml.runtime import compat
 
-    compat.stock_config_reads()  # stock CrypTen reads its config through OmegaConf
+    compat.stock()  # CrypTen as shipped (config reads, comparisons)
     torch.set_num_threads(TORCH_THREADS)
     result = workloads.run(names, reps, warmup)
     result["rank"] = comm.get().get_rank()

@@ -180,7 +180,7 @@ def _stock_party(task_index: int, epochs: int) -> dict[str, Any]:
 
     from mpcml.runtime import compat
 
-    compat.stock_config_reads()  # stock CrypTen reads its config through OmegaConf
+    compat.stock()  # CrypTen as shipped (config reads, comparisons)
     torch.set_num_threads(1)
     task = TASKS[task_index]
     split = task.split()

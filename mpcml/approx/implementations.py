@@ -114,6 +114,36 @@ _reciprocal_positive = _with(
 _rsqrt_newton = _with(lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "inv_sqrt")
 
 
+def linear_guess(low: float, high: float) -> tuple[float, float]:
+    """(c0, c1) of the guess c0 - c1 x for 1/x on [low, high] with the least relative error.
+
+    x (c0 - c1 x) equioscillates at low, high and the vertex (low + high) / 2, so the relative
+    error 1 - x y is largest there, (high - low)^2 / (low^2 + 6 low high + high^2), and each
+    Newton-Raphson iteration squares it.
+    """
+    c1 = 2.0 / (low * high + (low + high) ** 2 / 4)
+    return c1 * (low + high), c1
+
+
+SEEDED_TOLERANCE = 2.0**-12
+
+
+def seeded_iterations(low: float, high: float) -> int:
+    """Newton-Raphson iterations from `linear_guess` to SEEDED_TOLERANCE relative error."""
+    error = (high - low) ** 2 / (low**2 + 6 * low * high + high**2)
+    if error <= SEEDED_TOLERANCE:
+        return 0
+    return max(0, math.ceil(math.log2(math.log(SEEDED_TOLERANCE) / math.log(error))))
+
+
+def _reciprocal_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    c0, c1 = linear_guess(k["low"], k["high"])
+    y = x.mul(-c1).add(c0)
+    for _ in range(int(k["iterations"])):
+        y = y.mul(y.mul(x).neg().add(2))
+    return y
+
+
 def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
     n = int(k["iterations"])
     result = x.div(2**n).add(1)
@@ -154,6 +184,14 @@ def _softmax_treemax(x: Any, k: Mapping[str, float], dim: int) -> Any:
     return _normalised(_exp_limit(x.sub(_max_along(x, dim)), k, dim), k, dim)
 
 
+def _softmax_rowmax(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    numerator = _exp_limit(x.sub(_max_along(x, dim)), k, dim)
+    total = numerator.sum(dim, keepdim=True)
+    columns = float(x.size(dim))
+    seeded = {"iterations": seeded_iterations(1.0, columns), "low": 1.0, "high": columns}
+    return numerator.mul(_reciprocal_range(total, seeded, dim))
+
+
 def _gelu_crypten(x: Any, k: Mapping[str, float], dim: int) -> Any:
     # The tanh form with CrypTen's tanh: CrypTen has no GELU, and its erf is wrong away from 0.
     s = math.sqrt(2 / math.pi)
@@ -170,6 +208,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ),
     ("reciprocal", "crypten"): lambda x, k, d: x.reciprocal(),
     ("reciprocal", "positive"): _reciprocal_positive,
+    ("reciprocal", "range"): _reciprocal_range,
     ("sqrt", "crypten"): lambda x, k, d: x.sqrt(),
     ("sqrt", "newton"): _with(lambda k: {"functions.sqrt_nr_iters": int(k["iterations"])}, "sqrt"),
     ("rsqrt", "crypten"): lambda x, k, d: x.inv_sqrt(),
@@ -185,6 +224,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ("softmax", "crypten"): lambda x, k, d: x.softmax(d),
     ("softmax", "bounded"): _softmax_bounded,
     ("softmax", "treemax"): _softmax_treemax,
+    ("softmax", "rowmax"): _softmax_rowmax,
     ("gelu", "crypten"): _gelu_crypten,
     ("gelu", "poly"): _poly("gelu"),
     ("silu", "crypten"): lambda x, k, d: x.mul(x.sigmoid()),

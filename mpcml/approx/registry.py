@@ -152,6 +152,20 @@ for _spec in (
         scale="relative",
     ),
     Spec(
+        "reciprocal",
+        "range",
+        "Newton-Raphson from the best linear guess for inputs known to lie in [a, b] (a "
+        "softmax's sum of exps lies in [1, columns]): no exp for the guess, no comparison; the "
+        "guess's relative error, (b - a)^2 / (a^2 + 6ab + b^2), squares at each iteration",
+        (
+            _iterations(3, 1, 12, "Newton-Raphson iterations"),
+            Knob("low", 0.01, 1024.0, 1.0, integer=False, structural=False, doc="a"),
+            Knob("high", 0.01, 1024.0, 16.0, integer=False, structural=False, doc="b"),
+        ),
+        domain=lambda k: (k["low"], k["high"]),
+        scale="relative",
+    ),
+    Spec(
         "sqrt",
         "crypten",
         "x times CrypTen's inverse square root (3 Newton-Raphson iterations)",
@@ -248,6 +262,16 @@ for _spec in (
             Knob("reciprocal_iterations", 6, 12, 10, doc="Newton-Raphson iterations"),
         ),
         # x - max >= -(max - min) must stay above -2^n for exp's base to stay positive.
+        domain=lambda k: (-(2.0 ** k["iterations"]) / 4, 2.0 ** k["iterations"] / 4),
+    ),
+    Spec(
+        "softmax",
+        "rowmax",
+        "exp(x - max) / sum: the row's largest value by a tree of pairwise maxima (all columns "
+        "of a level in one comparison, no argmax), exp by squarings, and the sum, which lies "
+        "in [1, columns], inverted by Newton-Raphson from the linear guess for that range, "
+        "as many iterations as the columns need for 2^-12 relative error (4 for 10 columns)",
+        (Knob("iterations", 6, 10, 8, doc="exp's squarings"),),
         domain=lambda k: (-(2.0 ** k["iterations"]) / 4, 2.0 ** k["iterations"] / 4),
     ),
     Spec(

@@ -95,7 +95,9 @@ class _Kept:
 class FusedTrainer:
     """The exact gradient with respect to the logits; the loss once per round.
 
-    p is computed as the plan says for the model's final Sigmoid or Softmax (`activation`).
+    p is computed as the plan says for the model's final Sigmoid or Softmax (`activation`); a
+    softmax the plan leaves to CrypTen is computed by the registry's `rowmax`, which has the
+    same error bound in half the rounds.
     """
 
     def __init__(
@@ -114,9 +116,13 @@ class FusedTrainer:
 
     def _p(self, z: Any, function: str) -> Any:
         choice = self.activation
-        if choice is None or choice.is_crypten:
-            return z.sigmoid() if function == "sigmoid" else z.softmax(1)
-        return apply(function, choice.implementation, z, choice.knobs, 1)
+        if choice is not None and not choice.is_crypten:
+            return apply(function, choice.implementation, z, choice.knobs, 1)
+        if function == "softmax":
+            # CrypTen's softmax finds the row's argmax to take its maximum: 93 rounds at 2
+            # parties where `rowmax`, as accurate, takes 44 (docs/approximations.md).
+            return apply("softmax", "rowmax", z, {}, 1)
+        return z.sigmoid()
 
     def _gradient(self, z: Any, y: Any) -> Any:
         if self.loss == BCE:

@@ -98,6 +98,7 @@ def apply() -> None:
     _cache_config_reads()
     _exact_cuda_arithmetic()
     _exact_decode()
+    _three_party_a2b()
     _applied = True
 
 
@@ -148,14 +149,50 @@ def _cached(value: Any) -> Any:
 
 
 _STOCK_READ: list[Any] = [None]
+_STOCK_A2B: list[Any] = [None]
 
 
-def stock_config_reads() -> None:
-    """Undo the config cache: CrypTen as shipped, for a benchmark's stock CrypTen baseline."""
+def stock() -> None:
+    """CrypTen as shipped, for a benchmark's stock CrypTen baseline: undo the config cache and
+    the three-party conversion."""
     if _STOCK_READ[0] is not None:
         from crypten.config.config import CrypTenConfig
 
         CrypTenConfig.__getattribute__ = _STOCK_READ[0]
+    if _STOCK_A2B[0] is not None:
+        from crypten.mpc.primitives import converters
+
+        converters._A2B = _STOCK_A2B[0]
+
+
+def _three_party_a2b() -> None:
+    """Convert three parties' arithmetic shares to binary with one adder, not two.
+
+    CrypTen's `_A2B` binary-shares each party's share and sums them with its carry-lookahead
+    adder, a tree of adders: two in a row for three parties (14 rounds of ANDs), so that every
+    comparison costs 3 parties about twice what it costs 2. A carry-save step first turns the
+    three summands into two in one round of ANDs, x ^ y ^ z and the majority
+    (x & y) ^ (z & (x ^ y)) shifted left, and one adder sums those: 8 rounds. The values are
+    the same bits; only the rounds differ. Two parties (and four or more) keep CrypTen's.
+    """
+    import crypten.communicator as comm
+    from crypten.mpc.primitives import circuit, converters
+    from crypten.mpc.primitives.binary import BinarySharedTensor
+
+    stock_a2b = _STOCK_A2B[0] = converters._A2B
+
+    def _a2b(arithmetic_tensor: Any) -> Any:
+        if comm.get().get_world_size() != 3:
+            return stock_a2b(arithmetic_tensor)
+        x, y, z = (BinarySharedTensor(arithmetic_tensor.share, src=i) for i in range(3))
+        xy = x ^ y
+        both = BinarySharedTensor.stack([x, z]) & BinarySharedTensor.stack([y, xy])
+        carry = both[0] ^ both[1]
+        binary_tensor = circuit.add(xy ^ z, carry << 1)
+        binary_tensor.encoder = arithmetic_tensor.encoder
+        return binary_tensor
+
+    converters._A2B = _a2b
 
 
 def _cache_config_reads() -> None:

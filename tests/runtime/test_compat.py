@@ -62,19 +62,22 @@ def test_config_reads_are_cached_and_see_every_kind_of_change() -> None:
     assert cfg.functions.exp_iterations == before
 
 
-def test_stock_config_reads_restore_crypten_as_shipped() -> None:
+def test_stock_restores_crypten_as_shipped() -> None:
     from mpcml.runtime import compat
 
     compat.apply()
     from crypten.config.config import CrypTenConfig
+    from crypten.mpc.primitives import converters
 
-    cached = CrypTenConfig.__getattribute__
+    cached, a2b = CrypTenConfig.__getattribute__, converters._A2B
     try:
-        compat.stock_config_reads()
+        compat.stock()
         assert CrypTenConfig.__getattribute__ is not cached
         assert CrypTenConfig.__getattribute__.__module__ == "crypten.config.config"
+        assert converters._A2B is not a2b
+        assert converters._A2B.__module__ == "crypten.mpc.primitives.converters"
     finally:
-        CrypTenConfig.__getattribute__ = cached
+        CrypTenConfig.__getattribute__, converters._A2B = cached, a2b
 
 
 def test_reveals_decode_negative_values_just_above_an_integer_exactly() -> None:

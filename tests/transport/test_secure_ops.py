@@ -76,6 +76,15 @@ def test_communication_stats_count_what_crypten_counts(tmp_path: Path) -> None:
         assert r.value["relu"].tolist() == [9, 1856 * 1024]
 
 
+def test_three_party_comparison_takes_one_adder(tmp_path: Path) -> None:
+    # Stock CrypTen's relu at 3 parties on TFP: 16 rounds (two adders in its A2B); the
+    # carry-save conversion (mpcml.runtime.compat) makes it 10.
+    results = run_session(tmp_path, 3, "tests.transport.scenarios:comm_stats")
+    for r in results:
+        assert r.ok, r.traceback
+        assert r.value["relu"][0] == 10
+
+
 def test_tensor_over_64_mib_crosses_intact(tmp_path: Path) -> None:
     results = run_session(tmp_path, 3, "tests.transport.scenarios:big_tensor")
     assert all(r.ok for r in results), [r.traceback for r in results]
