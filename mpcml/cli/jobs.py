@@ -68,6 +68,7 @@ def add_parsers(sub: Any) -> None:
         ("watch", "follow a job's rounds live"),
         ("cancel", "cancel a job"),
         ("result", "a job's public results"),
+        ("profile", "where a finished job's time went: rounds, bytes, seconds per graph node"),
     ]:
         command(name, help).add_argument("job_id")
     p = command("resume", "run a FAILED job again from its last committed round")
@@ -232,7 +233,33 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         elif command == "result":
             result = handle.result()
             emit(result, _result_text(result))
+        elif command == "profile":
+            result = handle.result()
+            if as_json:
+                print(json.dumps(_json(result).get("profile", []), indent=2), file=out)
+            else:
+                print(profile_text(result), file=out)
         return EXIT_OK
+
+
+def profile_text(r: cpb.JobResult) -> str:
+    """The cost profile as a table, each entry's share of the profiled seconds beside it."""
+    if not r.profile:
+        return f"job {r.status.job_id}: no profile (the parties have not finished)"
+    total = sum(c.seconds for c in r.profile) or 1.0
+    lines = [
+        f"{'node':<28} {'op':<24} {'calls':>6} {'rounds':>7} {'MiB':>8} {'seconds':>8} {'share':>6}"
+    ]
+    for c in r.profile:
+        lines.append(
+            f"{c.node[:28]:<28} {c.op[:24]:<24} {c.calls:>6} {c.rounds:>7} "
+            f"{c.bytes / 2**20:>8.2f} {c.seconds:>8.2f} {100 * c.seconds / total:>5.1f}%"
+        )
+    lines.append(
+        f"rounds: the most of any party; MiB: all parties; first batch {r.first_batch_seconds:.3f}"
+        f" s, median batch {r.median_batch_seconds:.3f} s"
+    )
+    return "\n".join(lines)
 
 
 def _result_text(r: cpb.JobResult) -> str:

@@ -7,6 +7,7 @@ a coordinator restart and the servicers only translate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mpcml.coordinator.store import Event, Job, JobState
 from mpcml.graph.digest import graph_digest
@@ -105,6 +106,25 @@ def job_event(event: Event) -> cpb.JobEvent:
     return out
 
 
+def _add_profile(result: cpb.JobResult, data: dict[str, Any]) -> None:
+    """Fold one party's cost profile in: rounds, seconds and calls the most, bytes summed."""
+    costs = {c.node: c for c in result.profile}
+    for entry in data.get("profile", []):
+        cost = costs.get(entry["node"])
+        if cost is None:
+            cost = costs[entry["node"]] = result.profile.add(node=entry["node"], op=entry["op"])
+        cost.rounds = max(cost.rounds, int(entry["rounds"]))
+        cost.bytes += int(entry["bytes"])
+        cost.seconds = max(cost.seconds, float(entry["seconds"]))
+        cost.calls = max(cost.calls, int(entry["calls"]))
+    result.first_batch_seconds = max(
+        result.first_batch_seconds, float(data.get("first_batch_seconds", 0.0))
+    )
+    result.median_batch_seconds = max(
+        result.median_batch_seconds, float(data.get("median_batch_seconds", 0.0))
+    )
+
+
 def job_result(job: Job, events: list[Event], insecure: bool = False) -> cpb.JobResult:
     """The public part of a job's results: status, metrics per round, outputs, traffic."""
     result = cpb.JobResult(status=job_status(job, events, insecure))
@@ -113,12 +133,15 @@ def job_result(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
             result.rounds.append(cpb.RoundMetrics(round=e.round, metrics=e.data["metrics"]))
         elif e.kind == EventKind.RESUMED:  # what counts is the run that finished
             del result.outputs[:]
+            del result.profile[:]
             result.bytes_sent = result.communication_rounds = 0
+            result.first_batch_seconds = result.median_batch_seconds = 0.0
         elif e.kind == EventKind.PARTY_FINISHED:
             result.bytes_sent += int(e.data["bytes_sent"])
             result.communication_rounds = max(
                 result.communication_rounds, int(e.data["communication_rounds"])
             )
+            _add_profile(result, e.data)
             for o in e.data["outputs"]:
                 result.outputs.append(
                     cpb.PartyOutput(

@@ -363,6 +363,19 @@ class Runs:
             ],
             bytes_sent=finished.bytes_sent,
             communication_rounds=finished.communication_rounds,
+            profile=[
+                {
+                    "node": c.node,
+                    "op": c.op,
+                    "rounds": c.rounds,
+                    "bytes": c.bytes,
+                    "seconds": c.seconds,
+                    "calls": c.calls,
+                }
+                for c in finished.profile
+            ],
+            first_batch_seconds=finished.first_batch_seconds,
+            median_batch_seconds=finished.median_batch_seconds,
         )
         if set(run.finished) != set(run.parties):
             return

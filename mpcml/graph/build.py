@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from mpcml.graph.aten import PARAMETER
 from mpcml.graph.ops import SPECS, GraphError, crypten_nn, decode_attrs, validate
 from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
+from mpcml.runtime import profile
 
 
 def approximated(choice: Choice, dim: int = -1) -> Any:
@@ -26,11 +28,17 @@ def approximated(choice: Choice, dim: int = -1) -> Any:
     return _Approximated()
 
 
-def ordered_graph(inputs: list[str], output: str) -> Any:
+_UNMEASURED = frozenset({PARAMETER, "Constant"})
+"""Nodes that only hand out a tensor: not in the job's cost profile."""
+
+
+def ordered_graph(inputs: list[str], output: str, ops: Mapping[str, str]) -> Any:
     """A crypten.nn.Graph that runs its nodes in the order they were added.
 
     CrypTen's own Graph looks for a ready node by scanning them all at every step, quadratic in
-    the nodes: seconds per batch for a captured zoo model of a thousand nodes.
+    the nodes: seconds per batch for a captured zoo model of a thousand nodes. Each node's
+    forward pass is measured in the job's cost profile (`mpcml.runtime.profile`) under its
+    name and op (`ops`).
     """
 
     class _Ordered(crypten_nn().Graph):  # type: ignore[misc]
@@ -40,11 +48,13 @@ def ordered_graph(inputs: list[str], output: str) -> Any:
             for name, sources in self._graph.items():
                 module = self._modules[name]
                 given = [values[s] if s else None for s in sources]
-                if getattr(module, "aten", False):
-                    module.batch = batch
-                    values[name] = module(given)
-                else:
-                    values[name] = module(given[0] if len(given) == 1 else given)
+                op = ops.get(name, "")
+                with nullcontext() if op in _UNMEASURED else profile.measure(name, op):
+                    if getattr(module, "aten", False):
+                        module.batch = batch
+                        values[name] = module(given)
+                    else:
+                        values[name] = module(given[0] if len(given) == 1 else given)
             return values[self.output_names[0]]
 
     return _Ordered(inputs, [output])
@@ -71,7 +81,8 @@ def build(graph: pb.Graph, choices: Mapping[str, Choice] | None = None) -> Any:
     CrypTen's own where there is none.
     """
     validate(graph)
-    module = ordered_graph(list(graph.inputs), graph.output)
+    ops = {node.name: node.op for node in graph.nodes}
+    module = ordered_graph(list(graph.inputs), graph.output, ops)
     for node in graph.nodes:
         attrs = decode_attrs(node)
         choice = (choices or {}).get(node.name)
@@ -100,7 +111,8 @@ def head(graph: pb.Graph, net: Any) -> Any | None:
     last = graph.nodes[-1]
     if graph.output != last.name or last.inputs[0] in graph.inputs:
         return None
-    module = ordered_graph(list(graph.inputs), last.inputs[0])
+    ops = {node.name: node.op for node in graph.nodes}
+    module = ordered_graph(list(graph.inputs), last.inputs[0], ops)
     for node in graph.nodes[:-1]:
         module.add_module(node.name, net._modules[node.name], list(node.inputs))
     module.encrypt(mode=net.encrypted)  # its layers are `net`'s, encrypted (or not) already

@@ -38,6 +38,7 @@ from mpcml.party.outputs import Revealer
 from mpcml.party.training import Trainer, trainer
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.runtime import profile
 from mpcml.runtime.crypten_session import Session
 from mpcml.runtime.provider import batch_begins
 
@@ -304,7 +305,8 @@ class JobComputation:
                 idx = order[start:stop]
                 xb, yb = self.x[idx], self.y[idx]
             batch_begins()
-            self.trainer.step(xb, yb)
+            with profile.batch():
+                self.trainer.step(xb, yb)
         loss = self.trainer.round_loss()
         return [] if loss is None else self.reveal.metrics(round, {"loss": loss})
 
@@ -315,7 +317,8 @@ class JobComputation:
         with crypten.no_grad():
             for i in range(0, self.plan.rows, size):
                 batch_begins()
-                parts.append(self.model(self.x[i : i + size]))
+                with profile.batch():
+                    parts.append(self.model(self.x[i : i + size]))
         self.predictions = parts[0] if len(parts) == 1 else crypten.cat(parts, dim=0)
 
     # --- the end ----------------------------------------------------------------------------

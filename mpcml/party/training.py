@@ -32,6 +32,7 @@ from mpcml.graph.build import head
 from mpcml.graph.ops import SIGMOIDS, SOFTMAXES
 from mpcml.proto.v1 import graph_pb2 as gpb
 from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.runtime import profile
 
 BCE, CROSS_ENTROPY, MSE = jpb.LOSS_BCE, jpb.LOSS_CROSS_ENTROPY, jpb.LOSS_MSE
 
@@ -71,15 +72,24 @@ class AutogradTrainer:
 
     def step(self, x: Any, y: Any) -> None:
         """Forward, CrypTen's loss, autograd from it, the optimiser's step."""
-        loss = self.loss_fn(self.forward(x), y)
-        self.net.zero_grad()
-        loss.backward()
-        self.optimizer.step()
+        out = self.forward(x)
+        with profile.measure("(loss)", "loss"):
+            loss = self.loss_fn(out, y)
+        with profile.measure("(backward)", "backward"):
+            self.net.zero_grad()
+            loss.backward()
+        with profile.measure("(optimizer)", "optimizer"):
+            self.optimizer.step()
         self._losses.append(loss.detach())
 
     def round_loss(self) -> Any | None:
         """The mean of the losses the batches computed anyway."""
         losses, self._losses = self._losses, []
+        with profile.measure("(round loss)", "loss"):
+            return self._mean(losses)
+
+    @staticmethod
+    def _mean(losses: list[Any]) -> Any:
         total = losses[0]
         for loss in losses[1:]:
             total = total + loss
@@ -134,11 +144,13 @@ class FusedTrainer:
     def step(self, x: Any, y: Any) -> None:
         """Logits, their exact gradient, backward from them, the optimiser's step."""
         z = self.logits(x)
-        with crypten.no_grad():
+        with crypten.no_grad(), profile.measure("(loss gradient)", "gradient"):
             gradient = self._gradient(z, y)
-        self.net.zero_grad()
-        z.backward(gradient)
-        self.optimizer.step()
+        with profile.measure("(backward)", "backward"):
+            self.net.zero_grad()
+            z.backward(gradient)
+        with profile.measure("(optimizer)", "optimizer"):
+            self.optimizer.step()
         if self.want_loss:
             self._kept.append(_Kept(z.detach(), y))
 
@@ -158,7 +170,7 @@ class FusedTrainer:
         kept, self._kept = self._kept, []
         if not self.want_loss or not kept:
             return None
-        with crypten.no_grad():
+        with crypten.no_grad(), profile.measure("(round loss)", "loss"):
             z = crypten.cat([k.z for k in kept]) if len(kept) > 1 else kept[0].z
             y = crypten.cat([k.y for k in kept]) if len(kept) > 1 else kept[0].y
             terms = self._terms(z, y)

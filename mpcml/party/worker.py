@@ -25,6 +25,7 @@ from mpcml.transport.address import port_offset
 from mpcml.transport.errors import PeerFailedError
 
 if TYPE_CHECKING:  # the daemon, which imports this module, never loads CrypTen
+    from mpcml.runtime.profile import Profile
     from mpcml.transport.communicator import PeerTraffic
 
 log = logging.getLogger("mpcml.worker")
@@ -86,10 +87,38 @@ class _Pipe:
             log.warning("worker ignores an unexpected %s message", message.WhichOneof("kind"))
 
 
+def _rounds_and_bytes(s: Any) -> tuple[int, int]:
+    stats = s.communication_stats()
+    return int(stats.get("rounds", 0)), int(stats.get("bytes", 0))
+
+
 def _stats(job: Any) -> dict[str, int]:
     """The traffic counters every RoundDone and Finished carries."""
     sent, rounds = job.stats()
     return {"bytes_sent": sent, "communication_rounds": rounds}
+
+
+def _profile(finished: cpb.Finished, costs: Profile, job: Any, began: float) -> None:
+    """Add the job's cost profile, with "(other)": what no node or phase covers."""
+    entries = [
+        cpb.NodeCost(
+            node=name, op=c.op, rounds=c.rounds, bytes=c.bytes, seconds=c.seconds, calls=c.calls
+        )
+        for name, c in costs.costs.items()
+    ]
+    sent, rounds = job.stats()
+    entries.append(
+        cpb.NodeCost(
+            node="(other)",
+            op="other",
+            rounds=max(0, rounds - sum(e.rounds for e in entries)),
+            bytes=max(0, sent - sum(e.bytes for e in entries)),
+            seconds=max(0.0, time.perf_counter() - began - sum(e.seconds for e in entries)),
+            calls=1,
+        )
+    )
+    finished.profile.extend(entries)
+    finished.first_batch_seconds, finished.median_batch_seconds = costs.first_and_median_batch()
 
 
 def _traffic(traffic: PeerTraffic | None) -> list[cpb.PeerTraffic]:
@@ -115,6 +144,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
         import torch
 
         from mpcml.party.compute import JobComputation
+        from mpcml.runtime import profile
         from mpcml.runtime.crypten_session import session
 
         if config.torch_threads:
@@ -133,6 +163,8 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             dealer=_dealer(start, config),
         ) as s:
             traffic = s.traffic
+            began = time.perf_counter()
+            costs = profile.start(lambda: _rounds_and_bytes(s))
             job = JobComputation(s, start, config)
             rows = job.load()
             if start.resume_round:
@@ -160,11 +192,16 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                     )
                 )
             outputs, shares = job.finish()
-            pipe.send(
-                finished=cpb.Finished(
-                    outputs=outputs, metric_shares=shares, traffic=_traffic(traffic), **_stats(job)
-                )
+            sent, rounds = job.stats()
+            finished = cpb.Finished(
+                outputs=outputs,
+                metric_shares=shares,
+                traffic=_traffic(traffic),
+                bytes_sent=sent,
+                communication_rounds=rounds,
             )
+            _profile(finished, costs, job, began)
+            pipe.send(finished=finished)
     except (EOFError, BrokenPipeError):
         log.warning("job %s: the party daemon went away; the worker stops", start.job_id)
         sys.exit(1)

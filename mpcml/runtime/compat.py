@@ -153,8 +153,10 @@ _STOCK_A2B: list[Any] = [None]
 
 
 def stock() -> None:
-    """CrypTen as shipped, for a benchmark's stock CrypTen baseline: undo the config cache and
-    the three-party conversion."""
+    """CrypTen as shipped, for a benchmark's stock CrypTen baseline.
+
+    Undoes the config cache and the three-party conversion.
+    """
     if _STOCK_READ[0] is not None:
         from crypten.config.config import CrypTenConfig
 

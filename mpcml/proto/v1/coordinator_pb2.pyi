@@ -189,20 +189,42 @@ class JobEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., round: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., total_rounds: _Optional[int] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds")
+    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds", "profile", "first_batch_seconds", "median_batch_seconds")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     status: JobStatus
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     rounds: _containers.RepeatedCompositeFieldContainer[RoundMetrics]
     bytes_sent: int
     communication_rounds: int
     seconds: float
-    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+    profile: _containers.RepeatedCompositeFieldContainer[NodeCost]
+    first_batch_seconds: float
+    median_batch_seconds: float
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ...) -> None: ...
+
+class NodeCost(_message.Message):
+    __slots__ = ("node", "op", "rounds", "bytes", "seconds", "calls")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    op: str
+    rounds: int
+    bytes: int
+    seconds: float
+    calls: int
+    def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., rounds: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., calls: _Optional[int] = ...) -> None: ...
 
 class RoundMetrics(_message.Message):
     __slots__ = ("round", "metrics")
@@ -470,18 +492,24 @@ class MetricShare(_message.Message):
     def __init__(self, name: _Optional[str] = ..., share: _Optional[int] = ..., scale: _Optional[int] = ...) -> None: ...
 
 class Finished(_message.Message):
-    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic")
+    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic", "profile", "first_batch_seconds", "median_batch_seconds")
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     COMMUNICATION_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
     bytes_sent: int
     communication_rounds: int
     traffic: _containers.RepeatedCompositeFieldContainer[PeerTraffic]
-    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ...) -> None: ...
+    profile: _containers.RepeatedCompositeFieldContainer[NodeCost]
+    first_batch_seconds: float
+    median_batch_seconds: float
+    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ...) -> None: ...
 
 class Failure(_message.Message):
     __slots__ = ("reason", "round", "peer", "traffic")
