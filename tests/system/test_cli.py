@@ -92,6 +92,11 @@ def test_train_and_infer_through_the_cli_match_plaintext(
     assert f"model: {digest}" in mpcml(cluster, "job", "status", job_id).stdout
     result = json.loads(mpcml(cluster, "job", "result", job_id, "--format", "json").stdout)
     assert "loss" in result["rounds"][0]["metrics"]
+    profiled = mpcml(cluster, "job", "profile", job_id)
+    assert profiled.returncode == 0, profiled.stderr
+    assert "(backward)" in profiled.stdout and "first batch" in profiled.stdout
+    rows = json.loads(mpcml(cluster, "job", "profile", job_id, "--format", "json").stdout)
+    assert sum(int(r.get("rounds", 0)) for r in rows) == int(result["communication_rounds"])
     listed = json.loads(mpcml(cluster, "job", "list", "--format", "json").stdout)
     assert job_id in [j["job_id"] for j in listed]
 

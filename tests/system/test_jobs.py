@@ -365,6 +365,7 @@ def test_fused_training_matches_plaintext_at_least_as_closely_as_cryptens_loss(
         secure = torch.load(output.path, weights_only=True)
         diff[fused] = max(float((secure[k] - v).abs().max()) for k, v in plain.state_dict().items())
         losses[fused] = [r.metrics["loss"] for r in handle.result().rounds]
+        _check_profile(handle.result(), "(loss gradient)" if fused else "(loss)")
     off = {f: max(abs(a - b) for a, b in zip(losses[f], plain_losses, strict=True)) for f in diff}
     print(
         f"{loss}: max |weight - plaintext| fused {diff[True]:.4f}, CrypTen's loss "
@@ -375,3 +376,18 @@ def test_fused_training_matches_plaintext_at_least_as_closely_as_cryptens_loss(
     assert diff[True] <= diff[False] + 0.005, diff
     assert off[True] <= OUTPUT_TOLERANCE
     assert off[True] <= off[False] + 0.005, (losses, plain_losses)
+
+
+def _check_profile(result: cpb.JobResult, phase: str) -> None:
+    """The cost profile accounts for the job's rounds node by node and phase by phase: what
+    none of them covers (sharing inputs, revealing weights) is a few rounds."""
+    profile = {c.node: c for c in result.profile}
+    assert sum(c.rounds for c in result.profile) == result.communication_rounds, profile
+    assert sum(c.bytes for c in result.profile) == result.bytes_sent, profile
+    assert profile["(other)"].rounds <= 0.05 * result.communication_rounds, profile
+    assert {phase, "(backward)", "(optimizer)", "(other)"} <= set(profile), set(profile)
+    batches = profile["(backward)"].calls
+    assert batches > 1 and profile[phase].calls == batches and profile[phase].rounds > 0
+    nodes = [c for c in result.profile if not c.node.startswith("(")]
+    assert nodes and all(c.calls == batches for c in nodes), nodes
+    assert 0 < result.first_batch_seconds and 0 < result.median_batch_seconds
