@@ -390,4 +390,4 @@ def _check_profile(result: cpb.JobResult, phase: str) -> None:
     assert batches > 1 and profile[phase].calls == batches and profile[phase].rounds > 0
     nodes = [c for c in result.profile if not c.node.startswith("(")]
     assert nodes and all(c.calls == batches for c in nodes), nodes
-    assert 0 < result.first_batch_seconds and 0 < result.median_batch_seconds
+    assert result.first_batch_seconds > 0 and result.median_batch_seconds > 0
