@@ -267,10 +267,10 @@ for _spec in (
     Spec(
         "softmax",
         "rowmax",
-        "exp(x - max) / sum: the row's largest value by a tree of pairwise maxima (all columns "
-        "of a level in one comparison, no argmax), exp by squarings, and the sum, which lies "
-        "in [1, columns], inverted by Newton-Raphson from the linear guess for that range, "
-        "as many iterations as the columns need for 2^-12 relative error (4 for 10 columns)",
+        "exp(x - max) / sum: the row's largest value from one comparison of every pair of "
+        "columns (up to 16; a tree of pairwise maxima beyond), exp by squarings, and the sum, "
+        "which lies in [1, columns], inverted by Newton-Raphson from the linear guess for that "
+        "range, as many iterations as the columns need for 2^-12 relative error (4 for 10)",
         (Knob("iterations", 6, 10, 8, doc="exp's squarings"),),
         domain=lambda k: (-(2.0 ** k["iterations"]) / 4, 2.0 ** k["iterations"] / 4),
     ),

@@ -35,7 +35,7 @@ from mpcml.party.durable import (
 )
 from mpcml.party.inputs import FEATURES, LABELS, InputSharer
 from mpcml.party.outputs import Revealer
-from mpcml.party.training import Trainer, trainer
+from mpcml.party.training import BatchedSGD, Trainer, trainer
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.runtime import profile
@@ -160,7 +160,7 @@ class JobComputation:
         if spec.task == jpb.TASK_TRAIN:
             net.train()
             h = spec.hyper
-            self.optimizer = crypten.optim.SGD(
+            self.optimizer = BatchedSGD(
                 self._trainable(net),
                 lr=h.learning_rate,
                 momentum=h.momentum,

@@ -65,3 +65,36 @@ def guessed_batches(s: mpcml.Session) -> dict[str, Any]:
         "tuples": torch.tensor(tuples),
         "guessed": torch.tensor(guessed),
     }
+
+
+SGD_SHAPES = [(4, 3), (4,), (2, 4), (2,)]
+SGD_SETTINGS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}
+
+
+def sgd_inputs() -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """Initial weights and three steps' gradients, the same in every process."""
+    g = torch.Generator().manual_seed(5)
+    weights = [torch.randn(*shape, generator=g) for shape in SGD_SHAPES]
+    grads = [[torch.randn(*shape, generator=g) for shape in SGD_SHAPES] for _ in range(3)]
+    return weights, grads
+
+
+def sgd_steps(s: mpcml.Session) -> dict[str, Any]:
+    """Three steps of CrypTen's SGD and of mpcml's BatchedSGD on the same secret weights."""
+    from mpcml.party.training import BatchedSGD
+
+    crypten.cfg.communicator.verbose = True
+    weights, grads = sgd_inputs()
+    out: dict[str, Any] = {}
+    for name, optimizer in (("crypten", crypten.optim.SGD), ("batched", BatchedSGD)):
+        params = [crypten.cryptensor(w, src=0, requires_grad=True) for w in weights]
+        opt = optimizer(params, **SGD_SETTINGS)
+        steps = [[crypten.cryptensor(g, src=0) for g in step] for step in grads]
+        s.reset_communication_stats()
+        for step in steps:
+            for p, g in zip(params, step, strict=True):
+                p.grad = g
+            opt.step()
+        out[f"{name}_rounds"] = torch.tensor([float(s.communication_stats()["rounds"])])
+        out[name] = torch.cat([p.get_plain_text().flatten() for p in params])
+    return out
