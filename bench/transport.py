@@ -245,7 +245,7 @@ def _merge(parties: list[dict[str, Any]]) -> dict[str, Any]:
     return {"times": times, "errors": errors, "traffic": traffic, "dataset": parties[0]["dataset"]}
 
 
-def run_grpc_tput(tmp: Path, pki: dict[str, dict[str, str]] | None) -> dict[int, float]:
+def run_grpc_tput(tmp: Path, pki: dict[str, dict[str, str]] | None) -> dict[str, Any]:
     """MiB/s from rank 0 to rank 1 over CrypTen's communicator in an mpcml session."""
     names = ["party0", "party1"]
     peers = [f"127.0.0.1:{p}" for p in free_ports(2)]
@@ -263,19 +263,20 @@ def run_grpc_tput(tmp: Path, pki: dict[str, dict[str, str]] | None) -> dict[int,
                     "plan": TPUT_PLAN,
                 }
             )
-        return _rates(group.wait(TPUT_TIMEOUT_S)[0])
+        parties = group.wait(TPUT_TIMEOUT_S)
+        return {"rates": _rates(parties[0]), "round": [p["round"] for p in parties]}
 
 
-def run_tcp_tput(tmp: Path) -> dict[int, float]:
+def run_tcp_tput(tmp: Path) -> dict[str, Any]:
     """MiB/s from rank 0 to rank 1 over a plain TCP socket: the ceiling of loopback in Python."""
     (port,) = free_ports(1)
     with Group(tmp, "tcp-tput") as group:
         for rank in (1, 0):  # the listener first
             group.start({"role": "tcp-tput", "rank": rank, "port": port, "plan": TPUT_PLAN})
-        return _rates(group.wait(TPUT_TIMEOUT_S)[1])
+        return {"rates": _rates(group.wait(TPUT_TIMEOUT_S)[1])}
 
 
-def run_grpc_bare_tput(tmp: Path, pki: dict[str, dict[str, str]]) -> dict[int, float]:
+def run_grpc_bare_tput(tmp: Path, pki: dict[str, dict[str, str]]) -> dict[str, Any]:
     """MiB/s of a bare gRPC stream over mTLS: what gRPC-python manages with no mpcml at all."""
     (port,) = free_ports(1)
     with Group(tmp, "grpc-bare-tput") as group:
@@ -289,15 +290,16 @@ def run_grpc_bare_tput(tmp: Path, pki: dict[str, dict[str, str]]) -> dict[int, f
                     "tls": pki[f"party{rank}"],
                 }
             )
-        return _rates(group.wait(TPUT_TIMEOUT_S)[1])
+        return {"rates": _rates(group.wait(TPUT_TIMEOUT_S)[1])}
 
 
-def run_gloo_tput(tmp: Path) -> dict[int, float]:
+def run_gloo_tput(tmp: Path) -> dict[str, Any]:
     """MiB/s from rank 0 to rank 1 over stock CrypTen on gloo, for reference."""
     with Group(tmp, "gloo-tput") as group:
         group.start({"role": "gloo-tput", "plan": TPUT_PLAN})
         (launcher,) = group.wait(TPUT_TIMEOUT_S)
-        return _rates(launcher["parties"][0])
+        parties = launcher["parties"]
+        return {"rates": _rates(parties[0]), "round": [p["round"] for p in parties]}
 
 
 def _rates(sender: dict[str, Any]) -> dict[int, float]:
@@ -352,9 +354,9 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
         base = f"{gloo['times'][key]:.3f} s" if gloo else "ERROR"
         ratio = f"{secure['times'][key] / gloo['times'][key]:.2f}" if secure and gloo else "-"
         rows.append([f"{label}, secure defaults", ours, "insecure", base, ratio, "(info)", "-"])
-    tcp = results.get("tcp-tput")
+    tcp = results["tcp-tput"]["rates"] if "tcp-tput" in results else None
     for suite, what in TPUT_ROWS:
-        ours_rates = results.get(suite)
+        ours_rates = results[suite]["rates"] if suite in results else None
         for nbytes, _, _ in TPUT_PLAN:
             label = f"send {_size(nbytes)}, 2 parties, {what}"
             ours = f"{ours_rates[nbytes]:.0f} MiB/s" if ours_rates else "ERROR"
@@ -407,6 +409,37 @@ def traffic_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def round_rows(results: dict[str, Any]) -> list[list[str]]:
+    """What one round costs with nothing to compute: wall time, and CPU per party."""
+    rows = [["small round (all_reduce of 8 elements, 2 parties)", "mpcml", "baseline", ""]]
+    rows[0] += ["ratio", "target", "result"]
+    gloo_round = results.get("gloo-tput", {}).get("round")
+    for suite, what in TPUT_ROWS[:2]:
+        ours_round = results.get(suite, {}).get("round")
+        label = f"{what}: wall per round"
+        if not ours_round or not gloo_round:
+            rows.append([label, "ERROR", "gloo", "ERROR", "-", "(info)", "ERROR"])
+            continue
+        ours_us = 1e6 * max(r["wall"] for r in ours_round)
+        base_us = 1e6 * max(r["wall"] for r in gloo_round)
+        ratio = f"{ours_us / base_us:.2f}"
+        rows.append([label, f"{ours_us:.0f} us", "gloo", f"{base_us:.0f} us", ratio, "(info)", "-"])
+        ours_cpu = 1e6 * max(r["cpu"] for r in ours_round)
+        base_cpu = 1e6 * max(r["cpu"] for r in gloo_round)
+        rows.append(
+            [
+                f"{what}: CPU per round per party",
+                f"{ours_cpu:.0f} us",
+                "gloo",
+                f"{base_cpu:.0f} us",
+                f"{ours_cpu / base_cpu:.2f}",
+                "(info)",
+                "-",
+            ]
+        )
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per workload")
@@ -454,6 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(_table(traffic_rows(results)))
     print()
+    print("What one round costs the data plane (rounds set a protocol's time, not bytes)")
+    print()
+    print(_table(round_rows(results)))
+    print()
     print(_footer(results, errors, args.reps, args.warmup, elapsed))
     return 1 if errors else 0
 
@@ -476,6 +513,9 @@ def _footer(
         "and waits for rank 1's 1-element ack; median of "
         f"{TPUT_PLAN[0][2]} trials after a warm-up. The bare gRPC row streams pre-built 4 MiB "
         "messages with mpcml's channel options and nothing else: gRPC-python's own ceiling.",
+        "Small round: 2000 all_reduce calls of 8 int64 each way after 200 untimed, in the "
+        "throughput sessions; wall per round, and the CPU time of each party's whole process "
+        "(every thread) per round, the larger party's.",
         f"logreg data: {dataset}; batch 32, SGD, BCE on sigmoid(Linear(30, 1)).",
     ]
     for suite in ("grpc-mpc", "grpc-mpc-dealer", "gloo-mpc"):
