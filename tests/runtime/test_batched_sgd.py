@@ -17,7 +17,13 @@ pytestmark = pytest.mark.system
 def test_batched_sgd_updates_like_torch_in_fewer_rounds(tmp_path: Path, world_size: int) -> None:
     weights, grads = scenarios.sgd_inputs()
     params = [w.clone().requires_grad_(True) for w in weights]
-    plain = torch.optim.SGD(params, **scenarios.SGD_SETTINGS)
+    settings = scenarios.SGD_SETTINGS
+    plain = torch.optim.SGD(
+        params,
+        lr=settings["lr"],
+        momentum=settings["momentum"],
+        weight_decay=settings["weight_decay"],
+    )
     for step in grads:
         for p, g in zip(params, step, strict=True):
             p.grad = g.clone()
