@@ -11,6 +11,11 @@ TORCHVISION_SPEC ?= torchvision==0.28.0
 ZOO := $(VENV)/zoo
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mpcml-installed
+# SecretFlow's SPU, the peer bench/train.py puts beside stock CrypTen: it pins numpy < 2 and
+# jax 0.4.34, so it lives in an environment of its own, never the project's.
+SPU_VENV := .venv-spu
+SPU_SPEC ?= spu==0.9.5
+SPU_STAMP := $(SPU_VENV)/.installed
 
 .PHONY: install test test-fast test-crypten lint format proto bench demo clean
 
@@ -53,7 +58,12 @@ proto: install
 	$(PY) -m mpcml.proto.generate
 	$(PY) -m mpcml.proto.docs
 
-bench: install
+$(SPU_STAMP):
+	test -x $(SPU_VENV)/bin/python || $(PYTHON) -m venv $(SPU_VENV)
+	$(SPU_VENV)/bin/python -m pip install -q "$(SPU_SPEC)"
+	touch $(SPU_STAMP)
+
+bench: install $(SPU_STAMP)
 	$(PY) bench/transport.py
 	$(PY) bench/failure_detection.py
 	$(PY) bench/prg.py
@@ -68,4 +78,4 @@ demo: install
 	$(VENV)/bin/mpcml demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPU_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import shutil
 import statistics
@@ -278,6 +279,67 @@ def stock_crypten(task_index: int) -> dict[str, Any]:
     }
 
 
+# --- SecretFlow's SPU (the MLP only: its jax front end has the same model) --------------------
+
+SPU_PYTHON = ROOT / ".venv-spu" / "bin" / "python"
+"""SPU's own environment (`make bench` makes it: SPU pins numpy < 2 and jax 0.4.34)."""
+
+
+def spu_mlp(task: Task, tmp: Path) -> dict[str, Any] | str:
+    """The MLP trained by SPU's three processes (bench/spu_mlp.py), or why it did not run."""
+    if not SPU_PYTHON.exists():
+        return f"not run: no {SPU_PYTHON.relative_to(ROOT)} (make bench makes it)"
+    import subprocess
+
+    from mpcml.transport.address import free_ports
+
+    split = task.split()
+    x, y = by_id(split.id_train, split.x_train, split.y_train)
+    xt, yt = by_id(split.id_test, split.x_test, split.y_test)
+    state = model_initial_state(task.model(), tuple(task.rows(x).shape[1:]), SEED)
+    weights = {k: state[f"{i}.{p}"].numpy() for k, i, p in _SPU_WEIGHTS}
+    arrays: dict[str, Any] = {"x_train": x, "y_train": y, "x_test": xt, "y_test": yt, **weights}
+    np.savez(tmp / "spu.npz", **arrays)
+    spec = {
+        "data": str(tmp / "spu.npz"),
+        "dir": str(tmp),
+        "out": str(tmp / "spu.json"),
+        "ports": free_ports(3),
+        "batch": BATCH,
+        "lr": LR,
+        "momentum": MOMENTUM,
+        "epochs": task.epochs,
+    }
+    (tmp / "spu_spec.json").write_text(json.dumps(spec))
+    script, spec_file = str(ROOT / "bench" / "spu_mlp.py"), str(tmp / "spu_spec.json")
+    try:
+        subprocess.run([SPU_PYTHON, script, "share", spec_file], check=True, timeout=600)
+        parties = [
+            subprocess.Popen([SPU_PYTHON, script, "party", spec_file, str(rank)])
+            for rank in range(3)
+        ]
+        try:
+            codes = [p.wait(timeout=3600) for p in parties]
+        finally:
+            for p in parties:
+                p.kill()
+        if any(codes):
+            return f"failed: party exit codes {codes}"
+        subprocess.run([SPU_PYTHON, script, "reveal", spec_file], check=True, timeout=600)
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"failed: {exc}"
+    result: dict[str, Any] = json.loads((tmp / "spu.json").read_text())
+    seconds = result["epoch_seconds"]
+    return {
+        "epoch_seconds": statistics.median(seconds[1:]),
+        "first_epoch_seconds": seconds[0],
+        "accuracy": result["accuracy"],
+    }
+
+
+_SPU_WEIGHTS = [("w1", 0, "weight"), ("b1", 0, "bias"), ("w2", 2, "weight"), ("b2", 2, "bias")]
+
+
 # --- mpcml -----------------------------------------------------------------------------------
 
 
@@ -432,6 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     for i in indexes:
         print(f"stock CrypTen: {TASKS[i].name} ...", file=sys.stderr, flush=True)
         stock[i] = stock_crypten(i)
+    spu: dict[int, dict[str, Any] | str] = {}
+    for i in indexes:
+        if TASKS[i].model is models.DigitsTanhMLP:
+            print(f"SPU: {TASKS[i].name} ...", file=sys.stderr, flush=True)
+            with tempfile.TemporaryDirectory(prefix="mpcml-bench-spu-") as tmp:
+                spu[i] = spu_mlp(TASKS[i], Path(tmp))
     ours: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="mpcml-bench-train-") as tmp:
         root = Path(tmp)
@@ -442,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in ("crypten", "fused", "tuned"):
                     print(f"mpcml {variant}: {TASKS[i].name} ...", file=sys.stderr, flush=True)
                     ours[i][variant] = mpcml_task(client, TASKS[i], variant)
-    _print(indexes, stock, ours, time.monotonic() - began)
+    _print(indexes, stock, spu, ours, time.monotonic() - began)
     return 0
 
 
@@ -463,6 +531,9 @@ INFER_COLUMNS = [
     ("acc", 6, ".3f"),
 ]
 NOTES = f"""\
+SPU: SecretFlow's SPU {"0.9.5"} on the same rows, initial weights and hyper-parameters, its 3
+  processes linked over loopback without TLS (its default), ABY3 on a 64-bit ring, the model
+  written in jax (softmax cross-entropy by jax.grad, SGD with momentum), inputs shared untimed.
 Training: stock CrypTen is the slowest party's time per epoch between barriers; mpcml's is the
   coordinator's time per committed round (one epoch each), through the daemons on the dealer,
   ChaCha20 shares and mutual TLS. 1st s: the first epoch, with each side's warm-up; s/epoch
@@ -489,7 +560,13 @@ def _header(title: str, columns: list[tuple[str, int, str]]) -> str:
     return line + "\n" + "-" * len(line)
 
 
-def _print(indexes: list[int], stock: dict[int, Any], ours: dict[int, Any], seconds: float) -> None:
+def _print(
+    indexes: list[int],
+    stock: dict[int, Any],
+    spu: dict[int, dict[str, Any] | str],
+    ours: dict[int, Any],
+    seconds: float,
+) -> None:
     print("mpcml training benchmark: stock CrypTen against mpcml, the same data and settings\n")
     print(_header("training (per epoch)", TRAIN_COLUMNS))
     variants = [
@@ -503,6 +580,14 @@ def _print(indexes: list[int], stock: dict[int, Any], ours: dict[int, Any], seco
         values = [s["first_epoch_seconds"], s["epoch_seconds"], 1.0, s["rounds"], s["mib"]]
         values += [s["accuracy"], plain]
         print(_row(f"{task.name}: stock CrypTen", TRAIN_COLUMNS, values))
+        peer = spu.get(i)
+        if isinstance(peer, str):
+            print(f"{task.name}: SPU (ABY3) {peer}")
+        elif peer is not None:
+            ratio = s["epoch_seconds"] / peer["epoch_seconds"]
+            values = [peer["first_epoch_seconds"], peer["epoch_seconds"], ratio, None, None]
+            values += [peer["accuracy"], plain]
+            print(_row(f"{task.name}: SecretFlow SPU (ABY3)", TRAIN_COLUMNS, values))
         best = 0.0
         for variant, label in variants:
             o = ours[i][variant]
