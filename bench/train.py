@@ -49,8 +49,9 @@ from mpcml.graph.init import model_initial_state  # noqa: E402
 from mpcml.proto.v1 import coordinator_pb2 as cpb  # noqa: E402
 
 LR, MOMENTUM, BATCH, SEED = 0.5, 0.5, 64, 7
-TRAIN_TARGET = 3.0
-"""mpcml's best training epoch at least this many times faster than stock CrypTen's."""
+TRAIN_TARGETS = {"logreg, breast cancer": 6.0, "Tanh MLP, digits": 3.0, "CNN, digits": 2.5}
+"""mpcml's default (the fused gradient) at least this many times faster per epoch than stock
+CrypTen, at its accuracy."""
 BATCH_ROUNDS_TARGET = 100
 """Communication rounds per training batch (the fused default)."""
 FIRST_BATCH_TARGET = 1.5
@@ -311,23 +312,34 @@ def spu_mlp(task: Task, tmp: Path) -> dict[str, Any] | str:
         "epochs": task.epochs,
     }
     (tmp / "spu_spec.json").write_text(json.dumps(spec))
-    script, spec_file = str(ROOT / "bench" / "spu_mlp.py"), str(tmp / "spu_spec.json")
-    try:
-        subprocess.run([SPU_PYTHON, script, "share", spec_file], check=True, timeout=600)
-        parties = [
-            subprocess.Popen([SPU_PYTHON, script, "party", spec_file, str(rank)])
-            for rank in range(3)
-        ]
+    command = [str(SPU_PYTHON), str(ROOT / "bench" / "spu_mlp.py")]
+    spec_file = str(tmp / "spu_spec.json")
+    with (tmp / "spu.log").open("wb") as log:  # SPU's link logs warnings on its way out
+
+        def run(*args: str) -> None:
+            subprocess.run(
+                [*command, *args], check=True, timeout=600, stdout=log, stderr=subprocess.STDOUT
+            )
+
         try:
-            codes = [p.wait(timeout=3600) for p in parties]
-        finally:
-            for p in parties:
-                p.kill()
-        if any(codes):
-            return f"failed: party exit codes {codes}"
-        subprocess.run([SPU_PYTHON, script, "reveal", spec_file], check=True, timeout=600)
-    except (subprocess.SubprocessError, OSError) as exc:
-        return f"failed: {exc}"
+            run("share", spec_file)
+            parties = [
+                subprocess.Popen(
+                    [*command, "party", spec_file, str(rank)], stdout=log, stderr=subprocess.STDOUT
+                )
+                for rank in range(3)
+            ]
+            try:
+                codes = [p.wait(timeout=3600) for p in parties]
+            finally:
+                for p in parties:
+                    p.kill()
+            if any(codes):
+                raise subprocess.SubprocessError(f"party exit codes {codes}")
+            run("reveal", spec_file)
+        except (subprocess.SubprocessError, OSError) as exc:
+            tail = (tmp / "spu.log").read_text(errors="replace")[-2000:]
+            return f"failed: {exc}\n{tail}"
     result: dict[str, Any] = json.loads((tmp / "spu.json").read_text())
     seconds = result["epoch_seconds"]
     return {
@@ -588,21 +600,22 @@ def _print(
             values = [peer["first_epoch_seconds"], peer["epoch_seconds"], ratio, None, None]
             values += [peer["accuracy"], plain]
             print(_row(f"{task.name}: SecretFlow SPU (ABY3)", TRAIN_COLUMNS, values))
-        best = 0.0
         for variant, label in variants:
             o = ours[i][variant]
             ratio = s["epoch_seconds"] / o["epoch_seconds"]
-            if o["accuracy"] >= s["accuracy"] - 0.005:
-                best = max(best, ratio)
             values = [o["first_epoch_seconds"], o["epoch_seconds"], ratio, o["rounds"], o["mib"]]
             values += [o["accuracy"], plain]
             print(_row(f"{task.name}: {label}", TRAIN_COLUMNS, values))
-        if not task.image:
-            verdict = "PASS" if best >= TRAIN_TARGET else "MISS"
-            print(
-                f"  target: >= {TRAIN_TARGET:g}x stock CrypTen at equal accuracy: {best:.2f}x "
-                f"{verdict}"
-            )
+        fused, target = ours[i]["fused"], TRAIN_TARGETS[task.name]
+        ratio = s["epoch_seconds"] / fused["epoch_seconds"]
+        ok = ratio >= target and fused["accuracy"] >= s["accuracy"] - 0.005
+        print(
+            f"  target: the default (fused) >= {target:g}x stock CrypTen at its accuracy: "
+            f"{ratio:.2f}x {'PASS' if ok else 'MISS'}"
+        )
+        if isinstance(peer, dict):
+            behind = fused["epoch_seconds"] / peer["epoch_seconds"]
+            print(f"  beside SPU: mpcml's default takes {behind:.2f}x SPU's time per epoch")
     print()
     print(
         f"rounds per training batch by layer (mpcml's default: the fused gradient; target <= "
