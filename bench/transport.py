@@ -416,27 +416,15 @@ def round_rows(results: dict[str, Any]) -> list[list[str]]:
     gloo_round = results.get("gloo-tput", {}).get("round")
     for suite, what in TPUT_ROWS[:2]:
         ours_round = results.get(suite, {}).get("round")
-        label = f"{what}: wall per round"
-        if not ours_round or not gloo_round:
-            rows.append([label, "ERROR", "gloo", "ERROR", "-", "(info)", "ERROR"])
-            continue
-        ours_us = 1e6 * max(r["wall"] for r in ours_round)
-        base_us = 1e6 * max(r["wall"] for r in gloo_round)
-        ratio = f"{ours_us / base_us:.2f}"
-        rows.append([label, f"{ours_us:.0f} us", "gloo", f"{base_us:.0f} us", ratio, "(info)", "-"])
-        ours_cpu = 1e6 * max(r["cpu"] for r in ours_round)
-        base_cpu = 1e6 * max(r["cpu"] for r in gloo_round)
-        rows.append(
-            [
-                f"{what}: CPU per round per party",
-                f"{ours_cpu:.0f} us",
-                "gloo",
-                f"{base_cpu:.0f} us",
-                f"{ours_cpu / base_cpu:.2f}",
-                "(info)",
-                "-",
-            ]
-        )
+        for key, figure in (("wall", "wall per round"), ("cpu", "CPU per round per party")):
+            label = f"{what}: {figure}"
+            if not ours_round or not gloo_round:
+                rows.append([label, "ERROR", "gloo", "ERROR", "-", "(info)", "ERROR"])
+                continue
+            ours = 1e6 * max(r[key] for r in ours_round)
+            base = 1e6 * max(r[key] for r in gloo_round)
+            ratio = f"{ours / base:.2f}"
+            rows.append([label, f"{ours:.0f} us", "gloo", f"{base:.0f} us", ratio, "(info)", "-"])
     return rows
 
 

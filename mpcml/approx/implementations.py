@@ -130,10 +130,11 @@ SEEDED_TOLERANCE = 2.0**-12
 
 def seeded_iterations(low: float, high: float) -> int:
     """Newton-Raphson iterations from `linear_guess` to SEEDED_TOLERANCE relative error."""
-    error = (high - low) ** 2 / (low**2 + 6 * low * high + high**2)
+    _, c1 = linear_guess(low, high)
+    error = 1 - c1 * low * high  # the guess's relative error at `low`, its largest
     if error <= SEEDED_TOLERANCE:
         return 0
-    return max(0, math.ceil(math.log2(math.log(SEEDED_TOLERANCE) / math.log(error))))
+    return math.ceil(math.log2(math.log(SEEDED_TOLERANCE) / math.log(error)))
 
 
 def _reciprocal_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
@@ -209,11 +210,9 @@ def _max_by_tournament(x: Any, dim: int) -> Any:
     for p, (i, j) in enumerate(pairs):
         bit[(i, j)] = earlier_wins.narrow(dim, p, 1)  # i beats j
         bit[(j, i)] = later_wins.narrow(dim, p, 1)  # j beats i
-    # planes[m] holds, for every column k, its m-th pair bit.
-    planes = [
-        _cat([bit[(k, [o for o in range(n) if o != k][m])] for k in range(n)], dim)
-        for m in range(n - 1)
-    ]
+    # planes[m] holds, for every column k, its bit against its m-th other column.
+    others = [[o for o in range(n) if o != k] for k in range(n)]
+    planes = [_cat([bit[(k, others[k][m])] for k in range(n)], dim) for m in range(n - 1)]
     while len(planes) > 1:
         half = len(planes) // 2
         left = _cat(planes[:half], dim)

@@ -32,14 +32,15 @@ _UNMEASURED = frozenset({PARAMETER, "Constant"})
 """Nodes that only hand out a tensor: not in the job's cost profile."""
 
 
-def ordered_graph(inputs: list[str], output: str, ops: Mapping[str, str]) -> Any:
+def ordered_graph(graph: pb.Graph, output: str) -> Any:
     """A crypten.nn.Graph that runs its nodes in the order they were added.
 
     CrypTen's own Graph looks for a ready node by scanning them all at every step, quadratic in
-    the nodes: seconds per batch for a captured zoo model of a thousand nodes. Each node's
-    forward pass is measured in the job's cost profile (`mpcml.runtime.profile`) under its
-    name and op (`ops`).
+    the nodes: seconds per batch for a captured zoo model of a thousand nodes. Its inputs are
+    `graph`'s; each node's forward pass is measured in the job's cost profile
+    (`mpcml.runtime.profile`) under its name and op in `graph`.
     """
+    ops = {node.name: node.op for node in graph.nodes}
 
     class _Ordered(crypten_nn().Graph):  # type: ignore[misc]
         def forward(self, *args: Any) -> Any:
@@ -57,7 +58,7 @@ def ordered_graph(inputs: list[str], output: str, ops: Mapping[str, str]) -> Any
                         values[name] = module(given[0] if len(given) == 1 else given)
             return values[self.output_names[0]]
 
-    return _Ordered(inputs, [output])
+    return _Ordered(list(graph.inputs), [output])
 
 
 def _captured(node: pb.Node, attrs: dict[str, Any], choice: Choice | None) -> Any:
@@ -81,8 +82,7 @@ def build(graph: pb.Graph, choices: Mapping[str, Choice] | None = None) -> Any:
     CrypTen's own where there is none.
     """
     validate(graph)
-    ops = {node.name: node.op for node in graph.nodes}
-    module = ordered_graph(list(graph.inputs), graph.output, ops)
+    module = ordered_graph(graph, graph.output)
     for node in graph.nodes:
         attrs = decode_attrs(node)
         choice = (choices or {}).get(node.name)
@@ -111,8 +111,7 @@ def head(graph: pb.Graph, net: Any) -> Any | None:
     last = graph.nodes[-1]
     if graph.output != last.name or last.inputs[0] in graph.inputs:
         return None
-    ops = {node.name: node.op for node in graph.nodes}
-    module = ordered_graph(list(graph.inputs), last.inputs[0], ops)
+    module = ordered_graph(graph, last.inputs[0])
     for node in graph.nodes[:-1]:
         module.add_module(node.name, net._modules[node.name], list(node.inputs))
     module.encrypt(mode=net.encrypted)  # its layers are `net`'s, encrypted (or not) already

@@ -87,32 +87,26 @@ class _Pipe:
             log.warning("worker ignores an unexpected %s message", message.WhichOneof("kind"))
 
 
-def _rounds_and_bytes(s: Any) -> tuple[int, int]:
-    stats = s.communication_stats()
-    return int(stats.get("rounds", 0)), int(stats.get("bytes", 0))
-
-
 def _stats(job: Any) -> dict[str, int]:
     """The traffic counters every RoundDone and Finished carries."""
     sent, rounds = job.stats()
     return {"bytes_sent": sent, "communication_rounds": rounds}
 
 
-def _profile(finished: cpb.Finished, costs: Profile, job: Any, began: float) -> None:
-    """Add the job's cost profile, with "(other)": what no node or phase covers."""
+def _profile(finished: cpb.Finished, costs: Profile, began: float) -> None:
+    """Add the job's cost profile, with "(other)": what of its totals no node or phase covers."""
     entries = [
         cpb.NodeCost(
             node=name, op=c.op, rounds=c.rounds, bytes=c.bytes, seconds=c.seconds, calls=c.calls
         )
         for name, c in costs.costs.items()
     ]
-    sent, rounds = job.stats()
     entries.append(
         cpb.NodeCost(
             node="(other)",
             op="other",
-            rounds=max(0, rounds - sum(e.rounds for e in entries)),
-            bytes=max(0, sent - sum(e.bytes for e in entries)),
+            rounds=max(0, finished.communication_rounds - sum(e.rounds for e in entries)),
+            bytes=max(0, finished.bytes_sent - sum(e.bytes for e in entries)),
             seconds=max(0.0, time.perf_counter() - began - sum(e.seconds for e in entries)),
             calls=1,
         )
@@ -164,8 +158,8 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
         ) as s:
             traffic = s.traffic
             began = time.perf_counter()
-            costs = profile.start(lambda: _rounds_and_bytes(s))
             job = JobComputation(s, start, config)
+            costs = profile.start(job.stats)
             rows = job.load()
             if start.resume_round:
                 round = start.resume_round
@@ -200,7 +194,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                 bytes_sent=sent,
                 communication_rounds=rounds,
             )
-            _profile(finished, costs, job, began)
+            _profile(finished, costs, began)
             pipe.send(finished=finished)
     except (EOFError, BrokenPipeError):
         log.warning("job %s: the party daemon went away; the worker stops", start.job_id)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 Counters = Callable[[], tuple[int, int]]
-"""(rounds, bytes) this party has counted so far."""
+"""(bytes sent, rounds) this party has counted so far, as `JobComputation.stats` gives them."""
 
 
 @dataclass
@@ -49,13 +49,13 @@ class Profile:
             yield
             return
         self._open = True
-        rounds, sent = self._counters()
+        sent, rounds = self._counters()
         began = time.perf_counter()
         try:
             yield
         finally:
             seconds = time.perf_counter() - began
-            after_rounds, after_sent = self._counters()
+            after_sent, after_rounds = self._counters()
             cost = self.costs.setdefault(name, Cost(op))
             cost.rounds += after_rounds - rounds
             cost.bytes += after_sent - sent
