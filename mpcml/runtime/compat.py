@@ -1,10 +1,10 @@
 """Shims that let CrypTen 0.4.1 run on torch 2.11-2.14, unedited, and fix what it gets wrong.
 
-One is for its speed, one for GPUs, one for its decoder. The speed one is a cache in front of
-its config; the GPU one routes `CUDALongTensor`'s matmul and convolutions to
-`mpcml.runtime.blocks`; the decoder one reads fixed point exactly. Every patch CrypTen needs
-lives here, so that a CrypTen upgrade means reading one file. Targets: crypten 0.4.1 (the last
-release, 2022-12).
+Some are for its speed (a cache in front of its config, empty shells without random draws, a
+three-party comparison), one for GPUs, one for its decoder. The GPU one routes
+`CUDALongTensor`'s matmul and convolutions to `mpcml.runtime.blocks`; the decoder one reads
+fixed point exactly. Every patch CrypTen needs lives here, so that a CrypTen upgrade means
+reading one file. Targets: crypten 0.4.1 (the last release, 2022-12).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ def apply() -> None:
     _exact_cuda_arithmetic()
     _exact_decode()
     _three_party_a2b()
+    _empty_shells()
     _applied = True
 
 
@@ -150,12 +151,13 @@ def _cached(value: Any) -> Any:
 
 _STOCK_READ: list[Any] = [None]
 _STOCK_A2B: list[Any] = [None]
+_STOCK_MPC_INIT: list[Any] = [None]
 
 
 def stock() -> None:
     """CrypTen as shipped, for a benchmark's stock CrypTen baseline.
 
-    Undoes the config cache and the three-party conversion.
+    Undoes the config cache, the three-party conversion and the empty shells.
     """
     if _STOCK_READ[0] is not None:
         from crypten.config.config import CrypTenConfig
@@ -165,6 +167,44 @@ def stock() -> None:
         from crypten.mpc.primitives import converters
 
         converters._A2B = _STOCK_A2B[0]
+    if _STOCK_MPC_INIT[0] is not None:
+        from crypten.mpc.mpc import MPCTensor
+
+        MPCTensor.__init__ = _STOCK_MPC_INIT[0]
+
+
+def _empty_shells() -> None:
+    """Make `MPCTensor([])` an empty shell, as CrypTen meant, not a fresh sharing of nothing.
+
+    CrypTen builds every `shallow_copy`, `clone` and `from_shares` result (a few per operation)
+    as `MPCTensor([])` and then replaces its share. Its `if tensor is []` test, meant to skip
+    the sharing, is never true, so each one draws a pseudo-random zero sharing of an empty
+    tensor: two ChaCha20 key set-ups and a dozen torch calls, about a fifth of a small model's
+    time per party. Every party skips the same draws, so the streams stay in step.
+    """
+    import torch
+    from crypten.cryptensor import CrypTensor
+    from crypten.mpc.mpc import MPCTensor
+    from crypten.mpc.ptype import ptype as Ptype
+
+    stock_init = _STOCK_MPC_INIT[0] = MPCTensor.__init__
+
+    def __init__(
+        self: Any,
+        tensor: Any,
+        ptype: Any = Ptype.arithmetic,
+        device: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        if type(tensor) is list and not tensor and not args and not kwargs:
+            CrypTensor.__init__(self, requires_grad=False)
+            self._tensor = torch.tensor([], device=device)
+            self.ptype = ptype
+            return
+        stock_init(self, tensor, ptype, device, *args, **kwargs)
+
+    MPCTensor.__init__ = __init__
 
 
 def _three_party_a2b() -> None:

@@ -32,6 +32,21 @@ def masks_after_reseeding_torch(s: mpcml.Session) -> dict[str, Any]:
     }
 
 
+def copies_draw_nothing(s: mpcml.Session) -> dict[str, Any]:
+    """Copies of a shared tensor (CrypTen's `MPCTensor([])` shells) and the draws they cost."""
+    x = crypten.cryptensor(torch.arange(6, dtype=torch.float32) - 2.5, src=0)
+    streams = [prg._STREAMS[id(g)] for g in crypten.generators["prev"].values()]
+    streams += [prg._STREAMS[id(g)] for g in crypten.generators["next"].values()]
+    before = [st.draws for st in streams]
+    copies = [x.shallow_copy(), x.clone(), crypten.mpc.MPCTensor.from_shares(x.share.clone())]
+    drawn = sum(st.draws for st in streams) - sum(before)
+    return {
+        "drawn": torch.tensor(drawn),
+        "revealed": torch.stack([c.get_plain_text() for c in copies]),
+        "plain": x.get_plain_text(),
+    }
+
+
 GUESS_BATCHES = (("sigmoid", 8), ("sigmoid", 8), ("sigmoid", 8), ("sigmoid", 5), ("relu", 8))
 """Batches of (activation, rows): three alike, a short one, then one that starts alike."""
 

@@ -67,17 +67,21 @@ def test_stock_restores_crypten_as_shipped() -> None:
 
     compat.apply()
     from crypten.config.config import CrypTenConfig
+    from crypten.mpc.mpc import MPCTensor
     from crypten.mpc.primitives import converters
 
-    cached, a2b = CrypTenConfig.__getattribute__, converters._A2B
+    cached, a2b, init = CrypTenConfig.__getattribute__, converters._A2B, MPCTensor.__init__
     try:
         compat.stock()
         assert CrypTenConfig.__getattribute__ is not cached
         assert CrypTenConfig.__getattribute__.__module__ == "crypten.config.config"
         assert converters._A2B is not a2b
         assert converters._A2B.__module__ == "crypten.mpc.primitives.converters"
+        assert MPCTensor.__init__ is not init
+        assert MPCTensor.__init__.__module__ == "crypten.mpc.mpc"
     finally:
         CrypTenConfig.__getattribute__, converters._A2B = cached, a2b
+        MPCTensor.__init__ = init
 
 
 def test_reveals_decode_negative_values_just_above_an_integer_exactly() -> None:

@@ -88,3 +88,17 @@ def test_crypten_draws_its_masks_from_chacha_not_from_torch(tmp_path: Path) -> N
         # Same torch seeds in both sessions, yet other masks: torch's generators are unused.
         assert not torch.equal(a.value["share"], b.value["share"])
         assert bool((a.value["share"] != 0).any())
+
+
+@pytest.mark.system
+def test_copies_of_a_share_draw_no_randomness_and_keep_its_value(tmp_path: Path) -> None:
+    # CrypTen builds each copy as MPCTensor([]), which drew a zero sharing of nothing (two
+    # ChaCha20 key set-ups) until mpcml.runtime.compat made it an empty shell.
+    results = run_session(tmp_path, 2, "tests.runtime.scenarios:copies_draw_nothing")
+    for r in results:
+        assert r.ok, r.traceback
+        assert int(r.value["drawn"]) == 0
+        expected = torch.arange(6, dtype=torch.float32) - 2.5
+        assert torch.equal(r.value["plain"], expected)
+        for copy in r.value["revealed"]:
+            assert torch.equal(copy, expected)
