@@ -2,11 +2,14 @@
 
 `python -m mpcml.approx.costs` runs each implementation, for every setting of its structural
 knobs, on 1024 elements in real 2- and 3-party sessions (separate processes on loopback, the
-gRPC data plane), reads CrypTen's own counters (communication rounds, and bytes this party sent),
-and writes `costs.json` beside this file, with the command that made it. Nothing in the table is
-written by hand. It counts the data plane only: the dealer's correcting shares to party 0 are
-not in it (`make bench` measures them), and the sessions use CrypTen's TFP provider, which
-sends the same data-plane messages as the dealer.
+gRPC data plane), reads CrypTen's own counters (communication rounds, and bytes this party
+sent), and writes `costs.json` beside this file, with the command that made it (`--only
+softmax reciprocal/range` measures just those and keeps the other rows). Nothing in the table
+is written by hand. It counts the data plane only: the dealer's correcting shares to party 0
+are not in it (`make bench` measures them). The sessions use CrypTen's TFP provider, which at
+3 parties sends one message more per truncation than the dealer does (party 0 hands out the
+wrap-count masks that the dealer sends out of band): a 3-party product and its truncation
+take 3 rounds here and 2 with the dealer, so the table overstates every 3-party cost alike.
 
 The cost of an implementation on a network is `rounds x RTT + elements x bytes / bandwidth`;
 `LAN` and `WAN` are the two networks the tuner knows.
@@ -115,7 +118,11 @@ def _input(function: str, name: str, knobs: dict[str, float]) -> Any:
     return values.reshape(-1, x.shape[-1]) if x.dim() == 2 else values
 
 
-def _party(rank: int, world: int, ports: list[int], out: Any) -> None:
+def _chosen(function: str, name: str, only: list[str] | None) -> bool:
+    return not only or function in only or f"{function}/{name}" in only
+
+
+def _party(rank: int, world: int, ports: list[int], out: Any, only: list[str] | None) -> None:
     import crypten
     import crypten.communicator as comm
 
@@ -127,6 +134,8 @@ def _party(rank: int, world: int, ports: list[int], out: Any) -> None:
     with mpcml.session(rank, world, peers, insecure=True, session_id=f"costs-{world}"):
         crypten.cfg.communicator.verbose = True
         for function, name, knobs in settings():
+            if not _chosen(function, name, only):
+                continue
             x = crypten.cryptensor(_input(function, name, knobs), src=0)
             c = comm.get()
             c.barrier()
@@ -145,14 +154,16 @@ def _party(rank: int, world: int, ports: list[int], out: Any) -> None:
         out.put(rows)
 
 
-def measure(world: int) -> dict[str, dict[str, float]]:
-    """Every setting's cost with `world` parties, from party 0's counters."""
+def measure(world: int, only: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Every (chosen) setting's cost with `world` parties, from party 0's counters."""
     from mpcml.transport.address import free_ports
 
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     ports = free_ports(world)
-    processes = [ctx.Process(target=_party, args=(r, world, ports, out)) for r in range(world)]
+    processes = [
+        ctx.Process(target=_party, args=(r, world, ports, out, only)) for r in range(world)
+    ]
     for p in processes:
         p.start()
     try:
@@ -214,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--doc-only", action="store_true", help="only rewrite the docs' table from costs.json"
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="FUNCTION[/IMPLEMENTATION]",
+        help="measure only these, keeping the committed rows of the others",
+    )
     args = parser.parse_args(argv)
     if args.doc_only:
         DOC.write_text(document(DOC.read_text()))
@@ -224,8 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         "elements": ELEMENTS,
         "note": "rounds: CrypTen's communication rounds; bytes_per_element: bytes party 0 "
         "sent per input element; loopback_seconds: party 0's wall time on 127.0.0.1 (info)",
-        "parties": {str(world): measure(world) for world in (2, 3)},
+        "parties": {str(world): measure(world, args.only) for world in (2, 3)},
     }
+    if args.only:
+        for world, rows in table()["parties"].items():
+            kept = {k: v for k, v in rows.items() if k not in data["parties"][world]}
+            data["parties"][world] = dict(sorted({**kept, **data["parties"][world]}.items()))
     args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     if args.out == TABLE:
         table.cache_clear()

@@ -138,11 +138,26 @@ def seeded_iterations(low: float, high: float) -> int:
 
 
 def _reciprocal_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    """Newton-Raphson from the linear guess y: n iterations in n + 1 products instead of 2n.
+
+    With e = 1 - x y, n iterations give y (1 + e)(1 + e^2)(1 + e^4)...(1 + e^(2^(n-1))), which
+    is (1 - e^(2^n)) / x. Each factor's power of e and the running product are independent, so
+    they are taken as one product of two stacked tensors: one round each (two at 3 parties).
+    """
     c0, c1 = linear_guess(k["low"], k["high"])
     y = x.mul(-c1).add(c0)
-    for _ in range(int(k["iterations"])):
-        y = y.mul(y.mul(x).neg().add(2))
-    return y
+    n = int(k["iterations"])
+    if n == 0:
+        return y
+    e = y.mul(x).neg().add(1)
+    for _ in range(n - 1):
+        if x.dim() == 0:
+            y, e = y.mul(e.add(1)), e.square()
+            continue
+        size = y.size(0)
+        both = _cat([y, e], 0).mul(_cat([e.add(1), e], 0))
+        y, e = both.narrow(0, 0, size), both.narrow(0, size, size)
+    return y.mul(e.add(1))
 
 
 def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:

@@ -190,11 +190,13 @@ class BatchedSGD(crypten.optim.SGD):  # type: ignore[misc]
     """CrypTen's SGD with momentum and weight decay, every parameter updated in one tensor.
 
     A product with a public float (the momentum, the learning rate, the weight decay) ends in a
-    truncation, which at 3 or more parties is a round of its own: CrypTen's step pays two per
-    parameter (an MLP's four parameters, 8 rounds a batch), this one two in all. The arithmetic
-    is CrypTen's (buf = momentum buf + d, p = p - lr buf, d = grad + weight_decay p), on the
-    parameters laid end to end; the momentum buffers stay per parameter in `state`, as
-    CrypTen keeps them, for checkpoints.
+    truncation, which at 3 or more parties is a round of its own: CrypTen's step pays one per
+    product per parameter (an MLP's four parameters with momentum, 8 rounds a batch), this one
+    a single round a step. CrypTen's update (d = grad + weight_decay p, buf = momentum buf + d,
+    p = p - lr buf) is written out as sums of products of the gradient, the parameters and the
+    previous buffer with public floats (the step is lr grad + lr weight_decay p + lr momentum
+    buf), all taken as one product with a vector of those floats. The momentum buffers stay
+    per parameter in `state`, as CrypTen keeps them, for checkpoints.
     """
 
     def step(self, closure: Any = None) -> None:
@@ -208,24 +210,37 @@ class BatchedSGD(crypten.optim.SGD):  # type: ignore[misc]
                     self._update(group, params)
 
     def _update(self, group: Mapping[str, Any], params: list[Any]) -> None:
-        d = _flat([p.grad for p in params])
-        if group["weight_decay"]:
-            d = d.add(_flat(params).mul(group["weight_decay"]))
-        momentum = group["momentum"]
+        lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+        grad = _flat([p.grad for p in params])
+        # The terms of the buffer besides the gradient, each with its public factor.
+        terms = [(_flat(params), decay)] if decay else []
+        states = [self.state[id(p)] for p in params]
+        kept = [s.get("momentum_buffer") for s in states]
+        if momentum and any(b is not None for b in kept):
+            # A parameter without a buffer yet starts from zero, as CrypTen's buf = d.
+            zeros = _split(grad.mul(0), params)
+            previous = [z if b is None else b for b, z in zip(kept, zeros, strict=True)]
+            terms.append((_flat(previous), momentum))
+        inputs = [grad] + [t for t, _ in terms]
+        factors = [lr] + [lr * f for _, f in terms]
         if momentum:
-            states = [self.state[id(p)] for p in params]
-            kept = [s.get("momentum_buffer") for s in states]
-            if all(b is None for b in kept):
-                buf = d.clone()
-            else:
-                # A parameter without a buffer yet starts from zero, as CrypTen's buf = d.
-                zeros = _split(d.mul(0), params)
-                previous = [z if b is None else b for b, z in zip(kept, zeros, strict=True)]
-                buf = _flat(previous).mul(momentum).add(d)
+            inputs += [t for t, _ in terms]
+            factors += [f for _, f in terms]
+        n = grad.nelement()
+        scale = torch.cat([torch.full((n,), float(f), device=grad.device) for f in factors])
+        products = (crypten.cat(inputs) if len(inputs) > 1 else grad).mul(scale)
+        parts = [products[i * n : (i + 1) * n] for i in range(len(factors))]
+        steps = 1 + len(terms)
+        update = parts[0]
+        for part in parts[1:steps]:
+            update = update.add(part)
+        if momentum:
+            buf = grad.clone()
+            for part in parts[steps:]:
+                buf = buf.add(part)
             for state, piece in zip(states, _split(buf, params), strict=True):
                 state["momentum_buffer"] = piece
-            d = buf
-        for p, piece in zip(params, _split(d.mul(group["lr"]), params), strict=True):
+        for p, piece in zip(params, _split(update, params), strict=True):
             p.sub_(piece)
 
 

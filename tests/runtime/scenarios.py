@@ -112,4 +112,8 @@ def sgd_steps(s: mpcml.Session) -> dict[str, Any]:
             opt.step()
         out[f"{name}_rounds"] = torch.tensor([float(s.communication_stats()["rounds"])])
         out[name] = torch.cat([p.get_plain_text().flatten() for p in params])
+    x = crypten.cryptensor(torch.ones(8), src=0)
+    s.reset_communication_stats()
+    x.mul(0.5)
+    out["truncation_rounds"] = torch.tensor([float(s.communication_stats()["rounds"])])
     return out

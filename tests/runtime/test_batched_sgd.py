@@ -39,6 +39,9 @@ def test_batched_sgd_updates_like_torch_in_fewer_rounds(tmp_path: Path, world_si
         if world_size == 2:
             assert stock == batched == 0  # two parties truncate locally
         else:
-            # A truncation per product with a public float: CrypTen's per parameter (4 of them),
-            # mpcml's once for all (weight decay, momentum, learning rate: 3 a step).
-            assert batched * len(scenarios.SGD_SHAPES) == stock > 0
+            # A truncation per product with a public float: CrypTen's per product (weight
+            # decay, momentum, learning rate) and parameter (4 of them), mpcml's one a step.
+            steps, truncation = len(scenarios.sgd_inputs()[1]), r.value["truncation_rounds"].item()
+            assert batched == steps * truncation > 0
+            # The first step has no buffer to multiply by the momentum yet.
+            assert stock == (2 + 3 * (steps - 1)) * len(scenarios.SGD_SHAPES) * truncation
