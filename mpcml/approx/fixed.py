@@ -126,14 +126,6 @@ class Fixed:
         """Its own product."""
         return self.mul(self)
 
-    def square_over(self, divisor: int, shift: float = 0.0) -> Fixed:
-        """(x + shift)^2 / divisor, rounded once: a square with a wider truncation."""
-        shifted = self.v + shift
-        squared = shifted * shifted
-        if bool((squared.abs() >= PRODUCT_LIMIT).any()):
-            self.flags["overflowed"] = True
-        return self._new(self._round(squared / divisor))
-
     def pow(self, p: int) -> Fixed:
         """A whole power, by CrypTen 0.4.1's own recursion.
 

@@ -162,26 +162,10 @@ def _reciprocal_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
 
 def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
     n = int(k["iterations"])
-    result = _squared_base(x, n)
-    for _ in range(n - 1):
+    result = x.div(2**n).add(1)
+    for _ in range(n):
         result = result.square()
     return result
-
-
-def _squared_base(x: Any, n: int) -> Any:
-    """(1 + x / 2^n)^2 as (x + 2^n)^2 truncated by 2^(2n) more than a product is.
-
-    The base 1 + x / 2^n by a division would be a truncation of its own (a round at 3
-    parties); (x + 2^n) is exact, and the square's one truncation takes both divisions.
-    """
-    if isinstance(x, Fixed):
-        return x.square_over(4**n, shift=2**n)
-    from crypten.mpc.primitives import beaver
-
-    shifted = x.add(2**n)
-    share = shifted._tensor
-    share.share = beaver.square(share).div_(share.encoder.scale * 4**n).share
-    return shifted
 
 
 def _normalised(numerator: Any, k: Mapping[str, float], dim: int) -> Any:
