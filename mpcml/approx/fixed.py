@@ -232,6 +232,18 @@ class Fixed:
         """As a tensor's."""
         return self._new(self.v.narrow(dim, start, length))
 
+    def flatten(self) -> Fixed:
+        """As a tensor's."""
+        return self._new(self.v.flatten())
+
+    def reshape(self, *shape: Any) -> Fixed:
+        """As a tensor's."""
+        return self._new(self.v.reshape(*shape))
+
+    def expand(self, *sizes: Any) -> Fixed:
+        """As a tensor's."""
+        return self._new(self.v.expand(*sizes))
+
     @staticmethod
     def cat(parts: list[Fixed], dim: int = 0) -> Fixed:
         """As `torch.cat`."""

@@ -138,26 +138,41 @@ def seeded_iterations(low: float, high: float) -> int:
 
 
 def _reciprocal_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
-    """Newton-Raphson from the linear guess y: n iterations in n + 1 products instead of 2n.
+    return _over_range(None, x, k)
 
-    With e = 1 - x y, n iterations give y (1 + e)(1 + e^2)(1 + e^4)...(1 + e^(2^(n-1))), which
-    is (1 - e^(2^n)) / x. Each factor's power of e and the running product are independent, so
-    they are taken as one product of two stacked tensors: one round each (two at 3 parties).
+
+def _over_range(numerator: Any, x: Any, k: Mapping[str, float]) -> Any:
+    """The numerator over x (1 / x without one) for x in [low, high], by Newton-Raphson.
+
+    From the linear guess y, with e = 1 - x y, n iterations give
+    y (1 + e)(1 + e^2)(1 + e^4)...(1 + e^(2^(n-1))), which is (1 - e^(2^n)) / x. Each factor's
+    power of e and the running product are independent, so they are taken as one product: n + 1
+    rounds of products instead of 2n. A numerator (broadcast along x's size-1 dimensions)
+    starts the running product, numerator y beside x y: its product comes free.
     """
     c0, c1 = linear_guess(k["low"], k["high"])
     y = x.mul(-c1).add(c0)
     n = int(k["iterations"])
     if n == 0:
-        return y
-    e = y.mul(x).neg().add(1)
+        return y if numerator is None else numerator.mul(y)
+    if numerator is None:
+        z, xy = y, y.mul(x)
+    else:
+        z, xy = _products([numerator, x], [y.expand(numerator.size()), y])
+    e = xy.neg().add(1)
     for _ in range(n - 1):
-        if x.dim() == 0:
-            y, e = y.mul(e.add(1)), e.square()
-            continue
-        size = y.size(0)
-        both = _cat([y, e], 0).mul(_cat([e.add(1), e], 0))
-        y, e = both.narrow(0, 0, size), both.narrow(0, size, size)
-    return y.mul(e.add(1))
+        z, e = _products([z, e], [e.add(1).expand(z.size()), e])
+    return z.mul(e.add(1).expand(z.size()))
+
+
+def _products(lefts: list[Any], rights: list[Any]) -> list[Any]:
+    """The elementwise products of pairs of same-sized tensors, as one product (one round)."""
+    flat = _cat([t.flatten() for t in lefts], 0).mul(_cat([t.flatten() for t in rights], 0))
+    out, start = [], 0
+    for t in lefts:
+        out.append(flat.narrow(0, start, t.nelement()).reshape(t.size()))
+        start += t.nelement()
+    return out
 
 
 def _exp_limit(x: Any, k: Mapping[str, float], dim: int) -> Any:
@@ -246,7 +261,7 @@ def _softmax_rowmax(x: Any, k: Mapping[str, float], dim: int) -> Any:
     total = numerator.sum(dim, keepdim=True)
     columns = float(x.size(dim))
     seeded = {"iterations": seeded_iterations(1.0, columns), "low": 1.0, "high": columns}
-    return numerator.mul(_reciprocal_range(total, seeded, dim))
+    return _over_range(numerator, total, seeded)
 
 
 def _gelu_crypten(x: Any, k: Mapping[str, float], dim: int) -> Any:
