@@ -165,6 +165,15 @@ def _over_range(numerator: Any, x: Any, k: Mapping[str, float]) -> Any:
     return z.mul(e.add(1).expand(z.size()))
 
 
+def _sigmoid_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    negative = x._ltz()  # 0 or 1, on scale 1: products with it need no truncation
+    exps = _exp_limit(x.mul(negative.mul(2).sub(1)), k, dim)  # e^-|x|
+    p = _over_range(
+        None, exps.add(1), {"low": 1.0, "high": 2.0, "iterations": seeded_iterations(1.0, 2.0)}
+    )
+    return p.add(negative.mul(p.mul(-2).add(1)))  # 1 - p where x < 0
+
+
 def _products(lefts: list[Any], rights: list[Any]) -> list[Any]:
     """The elementwise products of pairs of same-sized tensors, as one product (one round)."""
     flat = _cat([t.flatten() for t in lefts], 0).mul(_cat([t.flatten() for t in rights], 0))
@@ -291,6 +300,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ("sigmoid", "crypten"): lambda x, k, d: x.sigmoid(),
     ("sigmoid", "poly"): _poly("sigmoid"),
     ("sigmoid", "seg3"): lambda x, k, d: x.div(8).add(0.5).hardtanh(0, 1),
+    ("sigmoid", "range"): _sigmoid_range,
     ("tanh", "crypten"): lambda x, k, d: x.tanh(),
     ("tanh", "poly"): _poly("tanh"),
     ("softmax", "crypten"): lambda x, k, d: x.softmax(d),

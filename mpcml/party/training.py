@@ -105,9 +105,9 @@ class _Kept:
 class FusedTrainer:
     """The exact gradient with respect to the logits; the loss once per round.
 
-    p is computed as the plan says for the model's final Sigmoid or Softmax (`activation`); a
-    softmax the plan leaves to CrypTen is computed by the registry's `rowmax`, which has the
-    same error bound in half the rounds.
+    p is computed as the plan says for the model's final Sigmoid or Softmax (`activation`); one
+    the plan leaves to CrypTen is computed by the registry's `rowmax` softmax or `range`
+    sigmoid, CrypTen's arithmetic in fewer rounds, as accurate.
     """
 
     def __init__(
@@ -130,9 +130,10 @@ class FusedTrainer:
             return apply(function, choice.implementation, z, choice.knobs, 1)
         if function == "softmax":
             # CrypTen's softmax finds the row's argmax to take its maximum: 93 rounds at 2
-            # parties where `rowmax`, as accurate, takes 29 (docs/approximations.md).
+            # parties where `rowmax`, as accurate, takes 25 (docs/approximations.md).
             return apply("softmax", "rowmax", z, {}, 1)
-        return z.sigmoid()
+        # CrypTen's sigmoid with its sum's reciprocal seeded for [1, 2]: fewer rounds.
+        return apply("sigmoid", "range", z, {}, 1)
 
     def _gradient(self, z: Any, y: Any) -> Any:
         if self.loss == BCE:
