@@ -229,7 +229,7 @@ class BatchedSGD(crypten.optim.SGD):  # type: ignore[misc]
             factors += [f for _, f in terms]
         n = grad.nelement()
         scale = torch.cat([torch.full((n,), float(f), device=grad.device) for f in factors])
-        products = (crypten.cat(inputs) if len(inputs) > 1 else grad).mul(scale)
+        products = _flat(inputs).mul(scale)
         parts = [products[i * n : (i + 1) * n] for i in range(len(factors))]
         steps = 1 + len(terms)
         update = parts[0]
