@@ -343,7 +343,7 @@ def test_fused_training_matches_plaintext_at_least_as_closely_as_cryptens_loss(
             features={"alice": "bc-train", "bob": "bc-train"},
             labels={"carol": "bc-train-labels"},
             align_on="id",
-            epochs=2,
+            epochs=1,
             lr=0.3,
             momentum=0.5,
             seed=4,
@@ -355,7 +355,7 @@ def test_fused_training_matches_plaintext_at_least_as_closely_as_cryptens_loss(
     handles = {fused: client.submit(job(crypten_loss=not fused)) for fused in (True, False)}
     plain_losses: list[float] = []
     plain = plaintext_train(
-        model(), x, y, epochs=2, lr=0.3, momentum=0.5, seed=4, loss=loss, losses=plain_losses
+        model(), x, y, epochs=1, lr=0.3, momentum=0.5, seed=4, loss=loss, losses=plain_losses
     )
     diff, losses = {}, {}
     for fused, handle in handles.items():
