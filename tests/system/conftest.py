@@ -176,8 +176,7 @@ def _extend_for_attacks(parties: Path) -> None:
     toml.write_text(toml.read_text().replace('"h-train"]', '"h-train", "bc-agreed"]', 1))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def _system_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = tmp_path_factory.mktemp("system")
     parties = root / "parties"
     shutil.copytree(
@@ -194,6 +193,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     ) as c:
         c.start()
         yield c
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the modules that set `SHARES_CLUSTER`: each start costs about 11 s of
+    the 2-core CI machine (five daemons and three warm workers importing torch)."""
+    yield from _system_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """A cluster of its own for a module that kills, restarts or counts what ran on it; the
+    shared one for a module that only submits jobs and reads their own results and refusals."""
+    if getattr(request.module, "SHARES_CLUSTER", False):
+        yield request.getfixturevalue("shared_cluster")
+        return
+    yield from _system_cluster(tmp_path_factory)
 
 
 @pytest.fixture()

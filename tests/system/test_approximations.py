@@ -26,6 +26,8 @@ from mpcml.proto.v1 import job_pb2 as jpb
 from tests.system.conftest import TUNABLE
 
 pytestmark = pytest.mark.system
+SHARES_CLUSTER = True
+"""Only submits jobs and reads their own results: runs on the session's shared cluster."""
 
 BUDGET = 0.02
 """The largest accuracy drop against plaintext the tuned plans may cost."""

@@ -18,6 +18,8 @@ from mpcml.proto.v1 import job_pb2 as jpb
 from tests.system.conftest import LIMITS
 
 pytestmark = pytest.mark.system
+SHARES_CLUSTER = True
+"""Only submits jobs and reads their own results: runs on the session's shared cluster."""
 
 FEATURES = {"alice": "bc-train", "bob": "bc-train"}
 LABELS = {"carol": "bc-train-labels"}

@@ -18,6 +18,8 @@ from mpcml.demo.cluster import REPO, LocalCluster
 from mpcml.demo.run import by_id, plaintext_train
 
 pytestmark = pytest.mark.system
+SHARES_CLUSTER = True
+"""Only submits jobs and reads their own results: runs on the session's shared cluster."""
 
 TRAIN = """
 name = "cli-logreg"

@@ -34,6 +34,8 @@ from mpcml.proto.v1 import dealer_pb2_grpc as dgrpc
 from tests.system.conftest import AGREED, AGREED_WEIGHTS, SELECT0
 
 pytestmark = pytest.mark.system
+SHARES_CLUSTER = True
+"""Only submits jobs and reads their own results: runs on the session's shared cluster."""
 
 DIGEST = graph_digest(capture(AGREED, (15,)))
 ROUTE_1 = {

@@ -30,6 +30,8 @@ from mpcml.transport.tls import TLSFiles
 from tests.system.conftest import ADMIN
 
 pytestmark = pytest.mark.system
+SHARES_CLUSTER = True
+"""Only submits jobs and reads their own results: runs on the session's shared cluster."""
 
 TRAIN = {
     "features": {"alice": "bc-train", "bob": "bc-train"},
@@ -377,8 +379,9 @@ def _private_key_lines(certs: Path) -> set[str]:
 
 
 def test_no_private_key_or_data_value_in_any_log(cluster: LocalCluster, client: Client) -> None:
-    """Every process of this module's cluster logs at DEBUG; after its jobs (and one more that
-    trains on every party's data), no log carries a line of a private key or a data value."""
+    """Every process of the cluster logs at DEBUG; after its jobs (this module's, those of the
+    other modules sharing the cluster, and one more that trains on every party's data), no log
+    carries a line of a private key or a data value."""
     job = client.submit(Job.train(model=models.LogisticRegression(), epochs=1, **TRAIN))  # type: ignore[arg-type]
     assert job.wait(timeout=240).state == cpb.COMPLETED
     keys = _private_key_lines(cluster.certs)
