@@ -18,6 +18,8 @@ from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.system.conftest import ZOO_MODELS, ZOO_SIZE
 
 pytestmark = pytest.mark.system
+SHARES_CLUSTER = True
+"""Only submits jobs and reads their own results: runs on the session's shared cluster."""
 
 LOGIT_TOLERANCE = 0.1
 """CrypTen's 16 fractional bits and approximations through tens of random-weight layers."""
