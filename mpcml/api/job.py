@@ -68,13 +68,21 @@ def _graph(model: Any, input_shape: Sequence[int] | None) -> gpb.Graph | None:
     """The model's graph; None while the input shape is unknown (captured at submission)."""
     if isinstance(model, gpb.Graph):
         return model
-    from mpcml.graph.hf import SequenceModel
+    from mpcml.graph.hf import SequenceModel, is_transformers_model
     from mpcml.graph.hf import trace as trace_sequence
 
     if isinstance(model, SequenceModel):
         return trace_sequence(model)
     if input_shape is None:
         return None
+    if is_transformers_model(model):
+        # Unwrapped: its rows are token ids (a dataset's `array`), one per position.
+        if len(input_shape) != 1:
+            raise JobSpecError(
+                f"the {type(model).__name__} reads rows of token ids, one per position; the "
+                f"input rows have shape {list(input_shape)}"
+            )
+        return trace_sequence(SequenceModel(model, int(input_shape[0])))
     from mpcml.graph.capture import capture
 
     return capture(model, tuple(int(d) for d in input_shape))

@@ -10,6 +10,7 @@ lowered (`lower.py`) at a fixed sequence length. The party that owns the weights
 from __future__ import annotations
 
 import bisect
+import copy
 import dis
 import importlib
 import inspect
@@ -72,6 +73,38 @@ def from_config(class_name: str, config: Mapping[str, Any], seed: int = 0) -> An
         raise GraphError(f"the {class_name} config is invalid: {exc}") from None
     torch.manual_seed(seed)
     return cls(hf_config).eval()
+
+
+def is_transformers_model(model: Any) -> bool:
+    """Whether `model` is a Hugging Face model, judged by its classes' modules."""
+    return isinstance(model, torch.nn.Module) and any(
+        c.__module__.startswith("transformers.") for c in type(model).__mro__
+    )
+
+
+def traceable(model: Any) -> Any:
+    """The user's model as the lowering reads it: eager attention, no cache, eval mode.
+
+    A model built the ordinary way uses sdpa attention, which some families (BERT) fix when
+    they are built, and keeps a key-value cache: it is rebuilt from a copy of its config with
+    the user's weights. The user's model itself is not changed.
+    """
+    name = type(model).__name__
+    if name not in CLASSES:
+        raise GraphError(
+            f"the {name} (module {type(model).__module__}) is not a supported model class; "
+            f"supported: {', '.join(CLASSES)}"
+        )
+    config = model.config
+    eager = config._attn_implementation == "eager"
+    if eager and not getattr(config, "use_cache", False) and not model.training:
+        return model
+    settings = copy.deepcopy(config)
+    settings._attn_implementation = "eager"
+    settings.use_cache = False
+    rebuilt = type(model)(settings)
+    rebuilt.load_state_dict(model.state_dict())
+    return rebuilt.eval()
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -143,7 +176,7 @@ def trace(model: SequenceModel) -> pb.Graph:
     transformers = _transformers()
     from transformers.utils import fx as hf_fx
 
-    hf = model.model
+    hf = traceable(model.model)
     names = model.names()
     unknown = set(names) - {"input_ids", "attention_mask"}
     if unknown or "input_ids" not in names:

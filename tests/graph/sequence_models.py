@@ -49,6 +49,18 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def ordinary(name: str) -> Any:
+    """The model `name` as a user builds it: its class on its config, nothing else (sdpa
+    attention, the key-value cache on, training mode), with the weights of `transformer`."""
+    import transformers
+
+    cls, config = CONFIGS[name]
+    model_class = getattr(transformers, cls)
+    model = model_class(model_class.config_class(**config))
+    model.load_state_dict(transformer(name).model.state_dict())
+    return model
+
+
 def transformer(name: str) -> hf.SequenceModel:
     """The seeded model `name` ("bert" or "gpt2") at SEQUENCE tokens."""
     cls, config = CONFIGS[name]

@@ -9,6 +9,7 @@ largest logit error is bounded by ERRORS, with CrypTen's approximations and with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from mpcml.api.job import Job, JobSpecError
 from mpcml.api.tune import tune
 from mpcml.graph import hf
 from mpcml.graph.lower import lower
@@ -104,6 +106,41 @@ def test_unknown_classes_long_sequences_and_bad_tokens_are_refused() -> None:
     graph = hf.trace(model)
     with pytest.raises(GraphError, match=r"expects token rows of shape \[sequence, 41\]"):
         infer_shapes(graph, (sm.SEQUENCE, 30))
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_a_model_built_the_ordinary_way_is_captured_without_the_wrapper(name: str) -> None:
+    """sdpa attention, the cache on, training mode, no `SequenceModel`: the job captures it at
+    the rows' length (16 token ids) as the same graph as the eager model, and leaves it as the
+    user built it."""
+    model = sm.ordinary(name)
+    job = Job.infer(
+        model=model, weights={"bob": name}, features={"alice": "tokens"}, input_shape=(sm.SEQUENCE,)
+    )
+    assert job.spec.graph == hf.trace(sm.transformer(name))
+    ids, mask = sm.tokens(padded=name == "bert")
+    out = evaluate(job.spec.graph, model.state_dict(), torch.from_numpy(sm.rows(ids, mask)))
+    assert model.training and model.config._attn_implementation == "sdpa"
+    assert model.config.use_cache
+    expected = sm.plaintext(hf.SequenceModel(model.eval(), sm.SEQUENCE), ids, mask)
+    assert (out - expected).abs().max() < 1e-4
+
+
+def test_a_transformer_of_an_unsupported_class_is_refused_naming_it_and_its_module() -> None:
+    import transformers
+
+    roberta: Any = transformers.RobertaForSequenceClassification
+    config = roberta.config_class(
+        vocab_size=sm.VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = roberta(config)
+    with pytest.raises(GraphError) as refused:
+        Job.infer(model=model, features={"alice": "tokens"}, input_shape=(sm.SEQUENCE,))
+    message = str(refused.value)
+    assert "RobertaForSequenceClassification" in message and "modeling_roberta" in message
+    assert "supported: BertModel" in message
+    with pytest.raises(JobSpecError, match=r"rows of token ids, one per position"):
+        Job.infer(model=sm.ordinary("bert"), features={"alice": "t"}, input_shape=(4, 16))
 
 
 def test_a_job_file_names_a_hugging_face_model_by_class_config_and_length(tmp_path: Path) -> None:

@@ -142,6 +142,27 @@ def test_bobs_transformer_on_alices_tokens_matches_plaintext(
     assert error < bound, f"{name} with {plan} approximations: max logit error {error:.4f}"
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_a_transformer_built_the_ordinary_way_runs_without_the_wrapper(
+    client: Client, name: str
+) -> None:
+    """The class on its config, nothing else (sdpa attention, the cache on), passed as is:
+    captured at submission for alice's rows of token ids."""
+    logits = _run(
+        client,
+        Job.infer(
+            model=sm.ordinary(name),
+            weights={"bob": name},
+            features={"alice": "tokens"},
+            reveal={"predictions": ["alice"]},
+        ),
+    )
+    ids, mask = sm.tokens(seed=5, rows=ROWS)
+    expected = sm.plaintext(sm.transformer(name), ids, mask).numpy()
+    error = float(np.abs(logits - expected).max())
+    assert error < ERRORS[name], f"{name} built the ordinary way: max logit error {error:.4f}"
+
+
 @pytest.mark.parametrize("plan", ["crypten", "tuned"])
 def test_the_sentiment_classifier_agrees_with_plaintext_on_the_held_out_reviews(
     client: Client, cluster: LocalCluster, plan: str
