@@ -7,6 +7,7 @@ feature datasets were registered with (`Client.submit` asks the coordinator).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -68,9 +69,11 @@ def _graph(model: Any, input_shape: Sequence[int] | None) -> gpb.Graph | None:
     """The model's graph; None while the input shape is unknown (captured at submission)."""
     if isinstance(model, gpb.Graph):
         return model
-    from mpcml.graph.hf import SequenceModel, is_transformers_model
+    from mpcml.graph.hf import SequenceModel, from_directory, is_transformers_model
     from mpcml.graph.hf import trace as trace_sequence
 
+    if isinstance(model, (str, os.PathLike)):  # a Hugging Face `save_pretrained` directory
+        model = from_directory(os.fspath(model))
     if isinstance(model, SequenceModel):
         return trace_sequence(model)
     if input_shape is None:

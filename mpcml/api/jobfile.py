@@ -27,8 +27,12 @@ class JobFileError(MpcmlError, ValueError):
 
 
 def schema() -> dict[str, Any]:
-    """The job file's JSON Schema."""
-    return json.loads(SCHEMA_PATH.read_text())  # type: ignore[no-any-return]
+    """The job file's JSON Schema, with the Hugging Face classes from their one list."""
+    from mpcml.graph.hf import CLASSES
+
+    data: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+    data["properties"]["model"]["properties"]["transformers"]["enum"] = list(CLASSES)
+    return data
 
 
 def _model_class(ref: str, base: Path) -> Any:

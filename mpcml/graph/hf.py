@@ -107,6 +107,19 @@ def traceable(model: Any) -> Any:
     return rebuilt.eval()
 
 
+def from_directory(path: str | Path) -> Any:
+    """The model a `save_pretrained` directory holds, built from its config.json alone.
+
+    Its class is the config's first `architectures` entry. The weight files are not read: the
+    job's weights are a party's, and the graph carries none.
+    """
+    config = read_config(Path(path) / "config.json")
+    names = config.get("architectures") or []
+    if not names or not isinstance(names[0], str):
+        raise GraphError(f"the model config in {path} names no class in `architectures`")
+    return from_config(names[0], config)
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """A config file (JSON, as `config.save_pretrained` writes it)."""
     try:

@@ -126,6 +126,27 @@ def test_a_model_built_the_ordinary_way_is_captured_without_the_wrapper(name: st
     assert (out - expected).abs().max() < 1e-4
 
 
+def test_a_save_pretrained_directory_is_taken_as_its_path_or_through_from_pretrained(
+    tmp_path: Path,
+) -> None:
+    """`from_pretrained` on a local directory, or the directory itself (its config.json alone:
+    the weight files are not read)."""
+    import transformers
+
+    model = sm.ordinary("bert")
+    model.save_pretrained(tmp_path / "bert")
+    expected = hf.trace(sm.transformer("bert"))
+    loaded = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "bert")
+    for given in (str(tmp_path / "bert"), tmp_path / "bert", loaded):
+        job = Job.infer(model=given, features={"alice": "tokens"}, input_shape=(sm.SEQUENCE,))
+        assert job.spec.graph == expected, given
+    (tmp_path / "bert" / "model.safetensors").write_bytes(b"not read")
+    job = Job.infer(model=tmp_path / "bert", features={"alice": "t"}, input_shape=(sm.SEQUENCE,))
+    assert job.spec.graph == expected
+    with pytest.raises(GraphError, match="cannot read the model config"):
+        Job.infer(model=tmp_path, features={"alice": "t"}, input_shape=(sm.SEQUENCE,))
+
+
 def test_a_transformer_of_an_unsupported_class_is_refused_naming_it_and_its_module() -> None:
     import transformers
 
@@ -156,6 +177,13 @@ def test_a_job_file_names_a_hugging_face_model_by_class_config_and_length(tmp_pa
         '[features]\nalice = "reviews"\n'
     )
     with pytest.raises(JobFileError, match="model"):
+        load(bad)
+    # The classes a job file may name are hf.CLASSES, read by the schema, not a copy of them.
+    bad.write_text(
+        'task = "infer"\n[model]\ntransformers = "T5Model"\nconfig = "c.json"\nsequence = 8\n'
+        '[features]\nalice = "reviews"\n'
+    )
+    with pytest.raises(JobFileError, match=r"'T5Model' is not one of .*'GPT2LMHeadModel'"):
         load(bad)
 
 
