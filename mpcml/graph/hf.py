@@ -32,6 +32,8 @@ from mpcml.proto.v1 import graph_pb2 as pb
 CLASSES = (
     "BertModel",
     "BertForSequenceClassification",
+    "RobertaModel",
+    "RobertaForSequenceClassification",
     "GPT2Model",
     "GPT2LMHeadModel",
 )
@@ -243,6 +245,12 @@ def trace(model: SequenceModel) -> pb.Graph:
         metas = {conv1d: lambda m, x: x.new_empty((*x.shape[:-1], m.nf))}  # for split's pieces
         with (
             mock.patch.object(family, "create_causal_mask", _causal_mask_call, create=True),
+            mock.patch.object(
+                family,
+                "create_position_ids_from_input_ids",
+                hf_masks.right_padded_positions,
+                create=True,
+            ),
             mock.patch.dict(hf_fx._MANUAL_META_OVERRIDES, metas),
         ):
             try:
@@ -260,7 +268,7 @@ def trace(model: SequenceModel) -> pb.Graph:
             vocab,
             model.sequence,
             module_op=_module_op,
-            public_functions=(hf_masks.causal_mask,),
+            public_functions=(hf_masks.causal_mask, hf_masks.right_padded_positions),
         )
     finally:
         hf_masks.CONFIGS.pop()

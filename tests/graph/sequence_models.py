@@ -35,6 +35,20 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
             "initializer_range": 0.3,
         },
     ),
+    "roberta": (
+        "RobertaForSequenceClassification",
+        {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 128,
+            "max_position_embeddings": SEQUENCE + 3,  # positions count from pad_token_id + 1
+            "num_labels": 3,
+            "initializer_range": 0.3,
+            "pad_token_id": 1,
+        },
+    ),
     "gpt2": (
         "GPT2LMHeadModel",
         {
@@ -62,7 +76,7 @@ def ordinary(name: str) -> Any:
 
 
 def transformer(name: str) -> hf.SequenceModel:
-    """The seeded model `name` ("bert" or "gpt2") at SEQUENCE tokens."""
+    """The seeded model `name` (a key of CONFIGS) at SEQUENCE tokens."""
     cls, config = CONFIGS[name]
     model = hf.from_config(cls, config, seed=3)
     if name == "gpt2":  # its first LayerNorm sees wte + wpe alone: keep it clear of 0.1
@@ -71,13 +85,31 @@ def transformer(name: str) -> hf.SequenceModel:
     return hf.SequenceModel(model, SEQUENCE)
 
 
-def tokens(seed: int = 0, rows: int = ROWS, padded: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids and an attention mask (one row padded from the middle when `padded`)."""
+def tokens(
+    seed: int = 0, rows: int = ROWS, padded: bool = True, pad: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and an attention mask (one row padded from the middle when `padded`).
+
+    With `pad`, as a tokenizer writes them: that id where the mask is 0 and nowhere else.
+    """
     ids = np.random.default_rng(seed).integers(0, VOCAB, (rows, SEQUENCE))
     mask = np.ones((rows, SEQUENCE), dtype=np.float32)
     if padded:
         mask[1, SEQUENCE // 2 + 3 :] = 0
+    if pad is not None:
+        ids[ids == pad] = (pad + 1) % VOCAB
+        ids[mask == 0] = pad
     return ids, mask
+
+
+def model_tokens(
+    name: str, seed: int = 0, rows: int = ROWS, padded: bool | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens the tests give model `name`: padded rows for the encoders (GPT-2 runs
+    unpadded), padded with RoBERTa's pad token for RoBERTa."""
+    pad = CONFIGS["roberta"][1]["pad_token_id"] if name == "roberta" else None
+    padded = name != "gpt2" if padded is None else padded
+    return tokens(seed, rows, padded, pad)
 
 
 def plaintext(model: hf.SequenceModel, ids: np.ndarray, mask: np.ndarray | None) -> torch.Tensor:

@@ -28,7 +28,7 @@ from mpcml.graph.shapes import infer_shapes
 from tests.graph import sequence_models as sm
 from tests.support.parties import run_session
 
-ERRORS = {"bert": 0.1, "gpt2": 0.3, "ops": 0.05}
+ERRORS = {"bert": 0.1, "roberta": 0.1, "gpt2": 0.3, "ops": 0.05}
 """The largest logit error against plaintext PyTorch allowed, per model (logits up to about 5):
 CrypTen's fixed point and approximations over two layers."""
 TUNED_ERRORS = {"bert": 0.4, "gpt2": 0.3}
@@ -108,7 +108,7 @@ def test_unknown_classes_long_sequences_and_bad_tokens_are_refused() -> None:
         infer_shapes(graph, (sm.SEQUENCE, 30))
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2"])
 def test_a_model_built_the_ordinary_way_is_captured_without_the_wrapper(name: str) -> None:
     """sdpa attention, the cache on, training mode, no `SequenceModel`: the job captures it at
     the rows' length (16 token ids) as the same graph as the eager model, and leaves it as the
@@ -118,12 +118,25 @@ def test_a_model_built_the_ordinary_way_is_captured_without_the_wrapper(name: st
         model=model, weights={"bob": name}, features={"alice": "tokens"}, input_shape=(sm.SEQUENCE,)
     )
     assert job.spec.graph == hf.trace(sm.transformer(name))
-    ids, mask = sm.tokens(padded=name == "bert")
+    ids, mask = sm.model_tokens(name)
     out = evaluate(job.spec.graph, model.state_dict(), torch.from_numpy(sm.rows(ids, mask)))
     assert model.training and model.config._attn_implementation == "sdpa"
     assert model.config.use_cache
     expected = sm.plaintext(hf.SequenceModel(model.eval(), sm.SEQUENCE), ids, mask)
     assert (out - expected).abs().max() < 1e-4
+
+
+def test_roberta_numbers_the_positions_of_right_padded_rows_as_it_does() -> None:
+    """RoBERTa numbers positions from the token ids; the lowering numbers them as for rows
+    padded on the right, which gives every real token's output the model's: on ragged rows
+    (the pad token where the mask is 0), the logits are the model's."""
+    model = sm.transformer("roberta")
+    graph = hf.trace(model)
+    ids, mask = sm.tokens(seed=2, rows=6, pad=1)
+    mask[2, 5:] = mask[4, 12:] = 0
+    ids[mask == 0] = 1
+    out = evaluate(graph, model.model.state_dict(), torch.from_numpy(sm.rows(ids, mask)))
+    assert (out - sm.plaintext(model, ids, mask)).abs().max() < 1e-4
 
 
 def test_a_save_pretrained_directory_is_taken_as_its_path_or_through_from_pretrained(
@@ -150,15 +163,13 @@ def test_a_save_pretrained_directory_is_taken_as_its_path_or_through_from_pretra
 def test_a_transformer_of_an_unsupported_class_is_refused_naming_it_and_its_module() -> None:
     import transformers
 
-    roberta: Any = transformers.RobertaForSequenceClassification
-    config = roberta.config_class(
-        vocab_size=sm.VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2
-    )
-    model = roberta(config)
+    distilbert: Any = transformers.DistilBertForSequenceClassification
+    config = distilbert.config_class(vocab_size=sm.VOCAB, dim=16, n_layers=1, n_heads=2)
+    model = distilbert(config)
     with pytest.raises(GraphError) as refused:
         Job.infer(model=model, features={"alice": "tokens"}, input_shape=(sm.SEQUENCE,))
     message = str(refused.value)
-    assert "RobertaForSequenceClassification" in message and "modeling_roberta" in message
+    assert "DistilBertForSequenceClassification" in message and "modeling_distilbert" in message
     assert "supported: BertModel" in message
     with pytest.raises(JobSpecError, match=r"rows of token ids, one per position"):
         Job.infer(model=sm.ordinary("bert"), features={"alice": "t"}, input_shape=(4, 16))
@@ -208,7 +219,7 @@ def _secure(
     else:
         model = sm.transformer(name)
         graph, state = hf.trace(model), model.model.state_dict()
-        ids, mask = sm.tokens(padded=name == "bert")
+        ids, mask = sm.model_tokens(name)
         expected = sm.plaintext(model, ids, mask)
     files = {k: tmp_path / f"{k}" for k in ("graph", "weights", "tokens", "plan")}
     files["graph"].write_bytes(graph.SerializeToString())
@@ -232,7 +243,7 @@ def _secure(
 
 @pytest.mark.system
 @pytest.mark.parametrize("parties", [2, 3])
-@pytest.mark.parametrize("name", ["bert", "gpt2", "ops"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2", "ops"])
 def test_secure_inference_with_cryptens_approximations_is_within_its_bound(
     tmp_path: Path, name: str, parties: int
 ) -> None:

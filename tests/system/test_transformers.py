@@ -84,9 +84,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = parties / "alice" / "data"
     np.savez(data / "tokens.npz", input_ids=ids, attention_mask=mask, id=np.arange(ROWS))
     np.savez(data / "bad_tokens.npz", input_ids=ids + sm.VOCAB, id=np.arange(ROWS))
+    ids, mask = sm.model_tokens("roberta", seed=5, rows=ROWS)  # padded with its pad token
+    np.savez(data / "roberta.npz", input_ids=ids, attention_mask=mask, id=np.arange(ROWS))
     with (parties / "alice" / "party.toml").open("a") as f:
-        for name, file in (("tokens", "tokens.npz"), ("bad-tokens", "bad_tokens.npz")):
-            mask_line = 'mask = "attention_mask"\n' if name == "tokens" else ""
+        for name, file in (
+            ("tokens", "tokens.npz"),
+            ("bad-tokens", "bad_tokens.npz"),
+            ("roberta-tokens", "roberta.npz"),
+        ):
+            mask_line = 'mask = "attention_mask"\n' if name != "bad-tokens" else ""
             f.write(
                 f'\n[datasets.{name}]\npath = "data/{file}"\narray = "input_ids"\n'
                 f'{mask_line}id_column = "id"\n'
@@ -142,22 +148,22 @@ def test_bobs_transformer_on_alices_tokens_matches_plaintext(
     assert error < bound, f"{name} with {plan} approximations: max logit error {error:.4f}"
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2"])
 def test_a_transformer_built_the_ordinary_way_runs_without_the_wrapper(
     client: Client, name: str
 ) -> None:
     """The class on its config, nothing else (sdpa attention, the cache on), passed as is:
-    captured at submission for alice's rows of token ids."""
+    captured at submission for alice's rows of token ids (a padded row among them)."""
     logits = _run(
         client,
         Job.infer(
             model=sm.ordinary(name),
             weights={"bob": name},
-            features={"alice": "tokens"},
+            features={"alice": "roberta-tokens" if name == "roberta" else "tokens"},
             reveal={"predictions": ["alice"]},
         ),
     )
-    ids, mask = sm.tokens(seed=5, rows=ROWS)
+    ids, mask = sm.model_tokens(name, seed=5, rows=ROWS)
     expected = sm.plaintext(sm.transformer(name), ids, mask).numpy()
     error = float(np.abs(logits - expected).max())
     assert error < ERRORS[name], f"{name} built the ordinary way: max logit error {error:.4f}"
