@@ -34,6 +34,8 @@ CLASSES = (
     "BertForSequenceClassification",
     "RobertaModel",
     "RobertaForSequenceClassification",
+    "DistilBertModel",
+    "DistilBertForSequenceClassification",
     "GPT2Model",
     "GPT2LMHeadModel",
 )

@@ -65,6 +65,10 @@ _TRANSPOSE = {torch.transpose, "transpose"}
 _PERMUTE = {torch.permute, "permute"}
 _SPLIT = {torch.split, torch.chunk, "split", "chunk"}
 _POW = {operator.pow, torch.pow, "pow", "__pow__"}
+_EQ = {operator.eq, torch.eq, "eq", "__eq__"}
+_NE = {operator.ne, torch.ne, "ne", "__ne__"}
+_EXPAND = {"expand", "expand_as"}
+_MASKED_FILL = {"masked_fill", torch.masked_fill}
 _UNARY: dict[Any, tuple[str, Attrs]] = {
     torch.tanh: ("Tanh", {}),
     "tanh": ("Tanh", {}),
@@ -106,6 +110,12 @@ class Lowering:
         self.secret: dict[str, str | _Pieces] = {}
         self.ids: set[str] = set()
         """Graph nodes holding one-hot token ids: only an Embedding may read them."""
+        self.masks: set[str] = set()
+        """Trace nodes known to hold 0 or 1 only: the attention mask and what is derived from
+        it by comparison with 0 or 1, reshaping and expansion (DistilBERT's `mask == 0`)."""
+        self.expanded: set[str] = set()
+        """Masks expanded in the trace but not in the graph: only masked_fill, which
+        broadcasts, may read them."""
         self.constants: dict[str, str] = {}
         self.graph = pb.Graph(version=GRAPH_VERSION, inputs=[TOKENS])
 
@@ -166,8 +176,7 @@ class Lowering:
                     f"input {n.target!r} is not a token input ({', '.join(self.tokens)})"
                 )
             self._emit(n.name, "Tokens", [TOKENS], {"vocab": self.vocab, "part": part})
-            if part == "ids":
-                self.ids.add(n.name)
+            (self.ids if part == "ids" else self.masks).add(n.name)
             return
         if n.op == "get_attr":
             if isinstance(self.values[0][n.name], torch.nn.Parameter):
@@ -210,9 +219,15 @@ class Lowering:
 
     def _alias(self, n: torch.fx.Node, source: torch.fx.Node) -> None:
         self.secret[n.name] = self.secret[source.name]
+        for marks in (self.masks, self.expanded):
+            if source.name in marks:
+                marks.add(n.name)
 
     def _input(self, value: Any, n: torch.fx.Node) -> str:
         """The graph name of a tensor argument, public ones as Constants."""
+        expanded = isinstance(value, torch.fx.Node) and value.name in self.expanded
+        if expanded and not _member(n.target, _MASKED_FILL):
+            raise GraphError(f"{self._where(n)} reads an expanded mask; only masked_fill may")
         if isinstance(value, torch.fx.Node):
             found = self.secret.get(value.name)
             if isinstance(found, str):
@@ -322,6 +337,8 @@ class Lowering:
             return self._unary(n, args[0], "Mean", {"dims": dims, "keepdim": keep})
         if t is torch.where:
             return self._where_op(n, args)
+        if _member(t, _EQ | _NE | _EXPAND | _MASKED_FILL):
+            return self._mask_op(n, args)
         raise GraphError(f"{self._where(n)} is not a supported op on secret values")
 
     def _unary(self, n: torch.fx.Node, x: Any, op: str, attrs: Attrs) -> None:
@@ -384,7 +401,41 @@ class Lowering:
             return
         raise GraphError(f"{self._where(n)}: division by a secret value is not supported")
 
+    def _mask_op(self, n: torch.fx.Node, args: list[Any]) -> None:
+        """A 0/1 mask compared with 0 or 1, expanded, or filling a tensor where it is 1."""
+        t, x = n.target, args[0]
+        if _member(t, _MASKED_FILL):
+            condition, value = args[1], self._public_scalar(args[2])
+            if not self._is_secret(condition) or condition.name not in self.masks or value is None:
+                raise GraphError(f"{self._where(n)}: only masked_fill(x, secret mask, number)")
+            # x (1 - m) + value m: x where the mask is 0, the value (clipped) where it is 1.
+            cond = self._input(condition, n)
+            keep = self._emit(f"{n.name}_keep", "Affine", [cond], {"scale": -1.0, "shift": 1.0})
+            kept = self._emit(f"{n.name}_kept", "Mul", [self._input(x, n), keep], {})
+            fill = self._emit(f"{n.name}_fill", "Affine", [cond], {"scale": value, "shift": 0.0})
+            self._emit(n.name, "Add", [kept, fill], {})
+            return
+        if x.name not in self.masks:
+            raise GraphError(
+                f"{self._where(n)} compares or expands a secret value: only the attention mask"
+            )
+        if _member(t, _EXPAND):
+            self._alias(n, x)
+            self.expanded.add(n.name)
+            return
+        c = self._public_scalar(args[1])
+        if c not in (0.0, 1.0):
+            raise GraphError(f"{self._where(n)}: a mask is compared with 0 or 1 only")
+        if (c == 1.0) == _member(t, _EQ):  # m == 1 and m != 0 are m itself
+            return self._alias(n, x)
+        self._unary(n, x, "Affine", {"scale": -1.0, "shift": 1.0})
+        self.masks.add(n.name)
+
     def _reshape(self, n: torch.fx.Node, x: Any) -> None:
+        if x.name in self.expanded:
+            raise GraphError(f"{self._where(n)} reshapes an expanded mask")
+        if x.name in self.masks:
+            self.masks.add(n.name)
         first, second = (env[n.name] for env in self.values)
         if (first.size(0), second.size(0)) != BATCHES or first.shape[1:] != second.shape[1:]:
             raise GraphError(

@@ -49,6 +49,19 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
             "pad_token_id": 1,
         },
     ),
+    "distilbert": (
+        "DistilBertForSequenceClassification",
+        {
+            "vocab_size": VOCAB,
+            "dim": 64,
+            "n_layers": 2,
+            "n_heads": 2,
+            "hidden_dim": 128,
+            "max_position_embeddings": 32,
+            "num_labels": 3,
+            "initializer_range": 0.3,
+        },
+    ),
     "gpt2": (
         "GPT2LMHeadModel",
         {

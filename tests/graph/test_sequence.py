@@ -28,9 +28,10 @@ from mpcml.graph.shapes import infer_shapes
 from tests.graph import sequence_models as sm
 from tests.support.parties import run_session
 
-ERRORS = {"bert": 0.1, "roberta": 0.1, "gpt2": 0.3, "ops": 0.05}
-"""The largest logit error against plaintext PyTorch allowed, per model (logits up to about 5):
-CrypTen's fixed point and approximations over two layers."""
+ERRORS = {"bert": 0.1, "roberta": 0.1, "distilbert": 0.3, "gpt2": 0.3, "ops": 0.05}
+"""The largest logit error against plaintext PyTorch allowed, per model (logits up to about 5;
+DistilBERT's, through its extra pre-classifier layer, up to about 10, and 0.24-0.26 measured on
+the daemons' tokens, BERT's 0.02): CrypTen's fixed point and approximations over two layers."""
 TUNED_ERRORS = {"bert": 0.4, "gpt2": 0.3}
 """The same with a plan tuned with `tolerance=0.05` (each function within 0.05 of the true one:
 measured 0.14 and 0.06). Without it the tuner keeps predictions, not logits: on these
@@ -92,6 +93,55 @@ def test_an_op_with_no_secret_counterpart_is_refused_naming_it_and_where() -> No
         )
 
 
+class MaskUses(nn.Module):
+    """Uses of the attention mask: `how` picks a fill (lowered) or a misuse (refused)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.embed, self.how = nn.Embedding(sm.VOCAB, 4), how
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        x: torch.Tensor = self.embed(input_ids)
+        hidden = (attention_mask == 0).unsqueeze(-1).expand_as(x)
+        if self.how == "fill":
+            return x.masked_fill(hidden, -1e30)
+        if self.how == "add expanded":
+            return x + hidden
+        return x.masked_fill(x == 0, 1.0)  # compares a value that is not the mask
+
+
+@pytest.mark.parametrize(
+    ("how", "refused"),
+    [
+        ("fill", None),
+        ("add expanded", "reads an expanded mask; only masked_fill may"),
+        ("compare", "compares or expands a secret value: only the attention mask"),
+    ],
+)
+def test_the_attention_mask_fills_a_tensor_and_nothing_else_is_compared(
+    how: str, refused: str | None
+) -> None:
+    ids, mask = sm.tokens()
+    examples = [
+        {"input_ids": torch.from_numpy(ids[:r]), "attention_mask": torch.from_numpy(mask[:r])}
+        for r in (2, 3)
+    ]
+    model = MaskUses(how)
+    trace = torch.fx.symbolic_trace(model)
+    tokens_in = {"input_ids": "ids", "attention_mask": "mask"}
+    if refused is not None:
+        with pytest.raises(GraphError, match=refused):
+            lower(trace, examples, tokens_in, sm.VOCAB, sm.SEQUENCE)
+        return
+    graph = lower(trace, examples, tokens_in, sm.VOCAB, sm.SEQUENCE)
+    out = evaluate(graph, model.state_dict(), torch.from_numpy(sm.rows(ids, mask)))
+    with torch.no_grad():
+        expected = model(torch.from_numpy(ids), torch.from_numpy(mask))
+    # The fill is clipped to the graph's mask value (-16) where the mask is 0.
+    assert torch.equal(out == -16.0, expected == -1e30)
+    assert (out - expected).where(expected > -1e29, 0).abs().max() < 1e-6
+
+
 def test_unknown_classes_long_sequences_and_bad_tokens_are_refused() -> None:
     with pytest.raises(GraphError, match="model class 'T5Model' is not supported; supported"):
         hf.from_config("T5Model", {})
@@ -108,7 +158,7 @@ def test_unknown_classes_long_sequences_and_bad_tokens_are_refused() -> None:
         infer_shapes(graph, (sm.SEQUENCE, 30))
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "gpt2"])
 def test_a_model_built_the_ordinary_way_is_captured_without_the_wrapper(name: str) -> None:
     """sdpa attention, the cache on, training mode, no `SequenceModel`: the job captures it at
     the rows' length (16 token ids) as the same graph as the eager model, and leaves it as the
@@ -121,7 +171,7 @@ def test_a_model_built_the_ordinary_way_is_captured_without_the_wrapper(name: st
     ids, mask = sm.model_tokens(name)
     out = evaluate(job.spec.graph, model.state_dict(), torch.from_numpy(sm.rows(ids, mask)))
     assert model.training and model.config._attn_implementation == "sdpa"
-    assert model.config.use_cache
+    assert getattr(model.config, "use_cache", True)  # DistilBERT has no cache
     expected = sm.plaintext(hf.SequenceModel(model.eval(), sm.SEQUENCE), ids, mask)
     assert (out - expected).abs().max() < 1e-4
 
@@ -163,13 +213,15 @@ def test_a_save_pretrained_directory_is_taken_as_its_path_or_through_from_pretra
 def test_a_transformer_of_an_unsupported_class_is_refused_naming_it_and_its_module() -> None:
     import transformers
 
-    distilbert: Any = transformers.DistilBertForSequenceClassification
-    config = distilbert.config_class(vocab_size=sm.VOCAB, dim=16, n_layers=1, n_heads=2)
-    model = distilbert(config)
+    electra: Any = transformers.ElectraForSequenceClassification
+    config = electra.config_class(
+        vocab_size=sm.VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = electra(config)
     with pytest.raises(GraphError) as refused:
         Job.infer(model=model, features={"alice": "tokens"}, input_shape=(sm.SEQUENCE,))
     message = str(refused.value)
-    assert "DistilBertForSequenceClassification" in message and "modeling_distilbert" in message
+    assert "ElectraForSequenceClassification" in message and "modeling_electra" in message
     assert "supported: BertModel" in message
     with pytest.raises(JobSpecError, match=r"rows of token ids, one per position"):
         Job.infer(model=sm.ordinary("bert"), features={"alice": "t"}, input_shape=(4, 16))
@@ -243,7 +295,7 @@ def _secure(
 
 @pytest.mark.system
 @pytest.mark.parametrize("parties", [2, 3])
-@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2", "ops"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "gpt2", "ops"])
 def test_secure_inference_with_cryptens_approximations_is_within_its_bound(
     tmp_path: Path, name: str, parties: int
 ) -> None:

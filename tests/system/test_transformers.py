@@ -148,7 +148,7 @@ def test_bobs_transformer_on_alices_tokens_matches_plaintext(
     assert error < bound, f"{name} with {plan} approximations: max logit error {error:.4f}"
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "gpt2"])
 def test_a_transformer_built_the_ordinary_way_runs_without_the_wrapper(
     client: Client, name: str
 ) -> None:
