@@ -33,6 +33,9 @@ from tests.support.parties import dealer_process, make_pki
 
 STALL_S = 240.0
 """A test that gives no report for this long on some party counts as hung."""
+STARTUP_S = 60.0
+"""The least a party may take to report its first test: its start-up (imports, session) is
+not a stall, however short `stall_s`."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,8 @@ def _watch(procs: list[Any], outs: list[Path], count: int, stall_s: float) -> in
         if sum(counts) != last:
             last, last_change = sum(counts), time.monotonic()
         dead = [p for p, n in zip(procs, counts, strict=True) if n < count and not p.is_alive()]
-        if dead or time.monotonic() - last_change > stall_s:
+        limit = stall_s if sum(counts) else max(stall_s, STARTUP_S)
+        if dead or time.monotonic() - last_change > limit:
             time.sleep(0.5)  # a peer of a dead party may still be writing its last report
             return min(len(_read_reports(out.with_suffix(".jsonl"))) for out in outs)
         time.sleep(0.2)

@@ -18,7 +18,7 @@ def test_a_party_that_dies_or_hangs_fails_its_test_and_the_next_tests_still_run(
     tmp_path: Path,
 ) -> None:
     suite = Suite("tests.crypten_suite.dying", "Dies", world_size=2, provider="TFP")
-    outcomes = run_suite(tmp_path, suite, stall_s=15.0)
+    outcomes = run_suite(tmp_path, suite, stall_s=4.0)
     assert {name: outcome.status for name, outcome in outcomes.items()} == {
         "test_a_passes": "passed",
         "test_b_party_dies": "failed",

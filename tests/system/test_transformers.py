@@ -118,7 +118,8 @@ def _run(client: Client, job: Job) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
-@pytest.mark.parametrize("plan", ["crypten", "tuned"])
+# With CrypTen's approximations: the same model, tokens and bound, built the ordinary way below.
+@pytest.mark.parametrize("plan", ["tuned"])
 def test_bobs_transformer_on_alices_tokens_matches_plaintext(
     client: Client, cluster: LocalCluster, name: str, plan: str
 ) -> None:
