@@ -2,97 +2,37 @@
 
 A trace of a transformer holds more than its layers: shape arithmetic, position ids, the causal
 mask, dtype casts. None of that depends on a party's data, only on the sequence length. The
-lowering runs the trace on two example batches of different sizes and splits its values: one
-computed from the token inputs or from weights is secret and becomes a graph node; any other is
-public and is folded into its consumers' settings or into a `Constant`. A public value that
+lowering runs the trace on two example batches of different sizes and sorts its values
+(`lower_values.py`): secret ones become graph nodes, public ones are folded. A public value that
 changes with the batch size other than by repeating one row, or an op with no secret
-counterpart, is refused naming the op and the node of the trace.
-
-Masks: torch writes "minus infinity" as the float's lowest value, which no fixed-point ring
-holds. A public number of magnitude at least `HUGE` is clipped to `MASK_VALUE`: a softmax weight
-of e^-16 (1e-7) is zero in CrypTen's 16 fractional bits, and a score masked twice (GPT-2's
-`where` and its additive mask) stays inside the exp's domain.
+counterpart (`lower_forms.py` lists the call forms recognised), is refused naming the op and the
+node of the trace.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 import torch.nn.functional as F
 
-from mpcml.graph.ops import GRAPH_VERSION, SPECS, Attrs, GraphError
+from mpcml.graph import lower_forms as forms
+from mpcml.graph.lower_values import BATCHES, HUGE, MASK_VALUE, TOKENS, Pieces, TraceValues
+from mpcml.graph.ops import SPECS, Attrs, GraphError
 from mpcml.graph.shapes import infer_shapes
-from mpcml.graph.trace import from_module, make_node, parameter_specs
+from mpcml.graph.trace import from_module, parameter_specs
 from mpcml.proto.v1 import graph_pb2 as pb
 
-BATCHES = (2, 3)
-"""The example batch sizes: a public value that follows them is batch-dependent."""
-HUGE = 1e9
-MASK_VALUE = 16.0
-TOKENS = "tokens"
-"""The graph's one input: each row one-hot token ids and the attention mask (`Tokens`)."""
+__all__ = ["BATCHES", "HUGE", "MASK_VALUE", "TOKENS", "Lowering", "ModuleOp", "lower"]
 
 ModuleOp = Callable[[torch.nn.Module], tuple[str, Attrs] | None]
 """A hook naming the op of a model family's own module (Hugging Face's Conv1D, activations)."""
 
 
-@dataclass(frozen=True)
-class _Pieces:
-    """A secret tensor split along `dim` (split, chunk): pieces are taken by `getitem`."""
-
-    source: str
-    dim: int
-    bounds: tuple[tuple[int, int], ...]
-
-
-_SHAPE_QUERIES = {"size", "dim", "numel"}
-_IDENTITY_METHODS = {"contiguous", "to", "float", "type", "type_as", "clone", "detach"}
-_RESHAPES_M = {"view", "reshape", "unsqueeze", "squeeze", "flatten", "view_as", "reshape_as"}
-_RESHAPES_F = {torch.reshape, torch.unsqueeze, torch.squeeze, torch.flatten}
-_ADD = {operator.add, operator.iadd, torch.add, "add", "add_", "__add__", "__radd__"}
-_SUB = {operator.sub, operator.isub, torch.sub, "sub", "__sub__"}
-_RSUB = {torch.rsub, "__rsub__", "rsub"}
-_MUL = {operator.mul, operator.imul, torch.mul, "mul", "__mul__", "__rmul__"}
-_DIV = {operator.truediv, torch.div, torch.true_divide, "div", "__truediv__", "truediv"}
-_MATMUL = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
-_SOFTMAX = {F.softmax, torch.softmax, "softmax"}
-_TRANSPOSE = {torch.transpose, "transpose"}
-_PERMUTE = {torch.permute, "permute"}
-_SPLIT = {torch.split, torch.chunk, "split", "chunk"}
-_POW = {operator.pow, torch.pow, "pow", "__pow__"}
-_EQ = {operator.eq, torch.eq, "eq", "__eq__"}
-_NE = {operator.ne, torch.ne, "ne", "__ne__"}
-_EXPAND = {"expand", "expand_as"}
-_MASKED_FILL = {"masked_fill", torch.masked_fill}
-_UNARY: dict[Any, tuple[str, Attrs]] = {
-    torch.tanh: ("Tanh", {}),
-    "tanh": ("Tanh", {}),
-    torch.sigmoid: ("Sigmoid", {}),
-    "sigmoid": ("Sigmoid", {}),
-    torch.relu: ("ReLU", {}),
-    F.relu: ("ReLU", {}),
-    "relu": ("ReLU", {}),
-    F.silu: ("SiLU", {}),
-}
-
-
-def _key(target: Any) -> Any:
-    return target if callable(target) else str(target)
-
-
-def _member(target: Any, group: set[Any]) -> bool:
-    try:
-        return _key(target) in group
-    except TypeError:  # an unhashable target
-        return False
-
-
-class Lowering:
+class Lowering(TraceValues):
     """One lowering of `module`'s trace; `run` returns the graph."""
 
     def __init__(
@@ -104,20 +44,15 @@ class Lowering:
         module_op: ModuleOp = lambda m: None,
         public_functions: Sequence[Callable[..., Any]] = (),
     ) -> None:
+        super().__init__(len(examples))
         self.module, self.examples, self.tokens, self.vocab = module, examples, tokens, vocab
         self.module_op, self.public_functions = module_op, tuple(public_functions)
-        self.values: list[dict[str, Any]] = [{} for _ in examples]
-        self.secret: dict[str, str | _Pieces] = {}
-        self.ids: set[str] = set()
-        """Graph nodes holding one-hot token ids: only an Embedding may read them."""
         self.masks: set[str] = set()
         """Trace nodes known to hold 0 or 1 only: the attention mask and what is derived from
         it by comparison with 0 or 1, reshaping and expansion (DistilBERT's `mask == 0`)."""
         self.expanded: set[str] = set()
         """Masks expanded in the trace but not in the graph: only masked_fill, which
         broadcasts, may read them."""
-        self.constants: dict[str, str] = {}
-        self.graph = pb.Graph(version=GRAPH_VERSION, inputs=[TOKENS])
 
     # --- running the trace ------------------------------------------------------------------
 
@@ -161,11 +96,17 @@ class Lowering:
 
     # --- sorting values ---------------------------------------------------------------------
 
-    def _where(self, n: torch.fx.Node) -> str:
-        target = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "?")
-        stack = n.meta.get("stack_trace") or ""
-        line = stack.strip().splitlines()[-2].strip() if stack.count("\n") > 1 else ""
-        return f"node {n.name!r} ({n.op} {target}{', ' + line if line else ''})"
+    def _alias(self, n: torch.fx.Node, source: torch.fx.Node) -> None:
+        super()._alias(n, source)
+        for marks in (self.masks, self.expanded):
+            if source.name in marks:
+                marks.add(n.name)
+
+    def _input(self, value: Any, n: torch.fx.Node) -> str:
+        expanded = isinstance(value, torch.fx.Node) and value.name in self.expanded
+        if expanded and not forms.member(n.target, forms.MASKED_FILL):
+            raise GraphError(f"{self._where(n)} reads an expanded mask; only masked_fill may")
+        return super()._input(value, n)
 
     def _node(self, n: torch.fx.Node) -> None:
         secret_inputs = [a for a in n.all_input_nodes if a.name in self.secret]
@@ -190,7 +131,7 @@ class Lowering:
             if secret_inputs or any(True for _ in module.parameters()):
                 self._module(n, module)
             return
-        if n.op == "call_method" and n.target in _SHAPE_QUERIES:
+        if n.op == "call_method" and n.target in forms.SHAPE_QUERIES:
             return
         if n.op == "call_function" and (n.target is getattr or n.target in self.public_functions):
             return
@@ -198,78 +139,6 @@ class Lowering:
             self._function(n)
 
     # --- secret values ----------------------------------------------------------------------
-
-    def _emit(
-        self,
-        name: str,
-        op: str,
-        inputs: list[str],
-        attrs: Attrs,
-        module: str = "",
-        parameters: Sequence[pb.ParameterSpec] = (),
-    ) -> str:
-        for i in inputs:
-            if i in self.ids and op != "Embedding":
-                raise GraphError(
-                    f"node {name!r}: {op} reads the token ids {i!r}; only an Embedding may"
-                )
-        self.graph.nodes.append(make_node(name, op, inputs, attrs, module, parameters))
-        self.secret[name] = name
-        return name
-
-    def _alias(self, n: torch.fx.Node, source: torch.fx.Node) -> None:
-        self.secret[n.name] = self.secret[source.name]
-        for marks in (self.masks, self.expanded):
-            if source.name in marks:
-                marks.add(n.name)
-
-    def _input(self, value: Any, n: torch.fx.Node) -> str:
-        """The graph name of a tensor argument, public ones as Constants."""
-        expanded = isinstance(value, torch.fx.Node) and value.name in self.expanded
-        if expanded and not _member(n.target, _MASKED_FILL):
-            raise GraphError(f"{self._where(n)} reads an expanded mask; only masked_fill may")
-        if isinstance(value, torch.fx.Node):
-            found = self.secret.get(value.name)
-            if isinstance(found, str):
-                return found
-            if found is not None:
-                raise GraphError(f"{self._where(n)} uses the pieces of a split as one tensor")
-            return self._constant(value.name, [env[value.name] for env in self.values], n)
-        raise GraphError(f"{self._where(n)}: argument {value!r} is not a tensor")
-
-    def _constant(self, name: str, values: list[Any], n: torch.fx.Node) -> str:
-        if name in self.constants:
-            return self.constants[name]
-        first, second = (torch.as_tensor(v).float() for v in values)
-        if first.shape != second.shape:
-            batched = (
-                first.dim() > 0
-                and (first.size(0), second.size(0)) == BATCHES
-                and first.shape[1:] == second.shape[1:]
-                and bool((first == first[:1]).all() and (second == first[:1]).all())
-            )
-            if not batched:
-                raise GraphError(
-                    f"{self._where(n)} reads a public value that differs between batches "
-                    f"(shapes {list(first.shape)} and {list(second.shape)})"
-                )
-            first = first[:1]
-        elif not torch.equal(first, second):
-            raise GraphError(f"{self._where(n)} reads a public value that differs between batches")
-        value = first.clamp(-MASK_VALUE, MASK_VALUE).where(first.abs() >= HUGE, first)
-        self.constants[name] = self._emit(
-            f"{name}_constant",
-            "Constant",
-            [],
-            {"shape": tuple(value.shape), "values": tuple(float(v) for v in value.reshape(-1))},
-        )
-        return self.constants[name]
-
-    def _scalar(self, value: Any) -> float | None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        v = float(value)
-        return max(-MASK_VALUE, min(MASK_VALUE, v)) if abs(v) >= HUGE else v
 
     def _module(self, n: torch.fx.Node, module: torch.nn.Module) -> None:
         if isinstance(module, torch.nn.Identity):
@@ -291,20 +160,25 @@ class Lowering:
         t = n.target
         args: list[Any] = list(n.args)
         kw: dict[str, Any] = dict(n.kwargs)
-        if (n.op == "call_method" and t in _IDENTITY_METHODS) or t is F.dropout:
+        if (n.op == "call_method" and t in forms.IDENTITY_METHODS) or t is F.dropout:
             return self._alias(n, args[0])
-        if (n.op == "call_method" and t in _RESHAPES_M) or t in _RESHAPES_F:
+        if (n.op == "call_method" and t in forms.RESHAPES_M) or t in forms.RESHAPES_F:
             return self._reshape(n, args[0])
         if t is operator.getitem:
             return self._getitem(n, args[0], args[1])
-        for group, op in ((_ADD, "Add"), (_SUB, "Sub"), (_RSUB, "RSub"), (_MUL, "Mul")):
-            if _member(t, group):
+        for group, op in (
+            (forms.ADD, "Add"),
+            (forms.SUB, "Sub"),
+            (forms.RSUB, "RSub"),
+            (forms.MUL, "Mul"),
+        ):
+            if forms.member(t, group):
                 return self._arithmetic(n, op, args[0], args[1])
-        if _member(t, _DIV):
+        if forms.member(t, forms.DIV):
             return self._divide(n, args[0], args[1])
-        if _member(t, _MATMUL):
+        if forms.member(t, forms.MATMUL):
             return self._binary(n, "MatMul", args[0], args[1])
-        if _member(t, _SOFTMAX):
+        if forms.member(t, forms.SOFTMAX):
             dim = args[1] if len(args) > 1 else kw.get("dim")
             if not isinstance(dim, int):
                 raise GraphError(f"{self._where(n)}: softmax needs an explicit dim")
@@ -312,14 +186,14 @@ class Lowering:
         if t is F.gelu:
             approximate = str(kw.get("approximate", args[1] if len(args) > 1 else "none"))
             return self._unary(n, args[0], "GELU", {"approximate": approximate})
-        if _member(t, set(_UNARY)):
-            op, attrs = _UNARY[_key(t)]
+        if forms.member(t, set(forms.UNARY)):
+            op, attrs = forms.UNARY[forms.key(t)]
             return self._unary(n, args[0], op, attrs)
-        if _member(t, _TRANSPOSE) or _member(t, _PERMUTE):
+        if forms.member(t, forms.TRANSPOSE) or forms.member(t, forms.PERMUTE):
             return self._permute(n, args[0])
-        if _member(t, _SPLIT):
+        if forms.member(t, forms.SPLIT):
             return self._split(n, args[0])
-        if _member(t, _POW):
+        if forms.member(t, forms.POW):
             exponent = args[1]
             if not (isinstance(exponent, int | float) and float(exponent).is_integer()):
                 raise GraphError(f"{self._where(n)}: only whole powers are supported")
@@ -328,7 +202,7 @@ class Lowering:
             return self._unary(n, args[0], "Pow", {"exponent": int(exponent)})
         if t is torch.cat:
             return self._cat(n, args[0], args[1] if len(args) > 1 else kw.get("dim", 0))
-        if _member(t, {torch.mean, "mean"}):
+        if forms.member(t, {torch.mean, "mean"}):
             dims = args[1] if len(args) > 1 else kw.get("dim")
             dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
             keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
@@ -337,31 +211,9 @@ class Lowering:
             return self._unary(n, args[0], "Mean", {"dims": dims, "keepdim": keep})
         if t is torch.where:
             return self._where_op(n, args)
-        if _member(t, _EQ | _NE | _EXPAND | _MASKED_FILL):
+        if forms.member(t, forms.EQ | forms.NE | forms.EXPAND | forms.MASKED_FILL):
             return self._mask_op(n, args)
         raise GraphError(f"{self._where(n)} is not a supported op on secret values")
-
-    def _unary(self, n: torch.fx.Node, x: Any, op: str, attrs: Attrs) -> None:
-        self._emit(n.name, op, [self._input(x, n)], attrs)
-
-    def _binary(self, n: torch.fx.Node, op: str, x: Any, y: Any) -> None:
-        self._emit(n.name, op, [self._input(x, n), self._input(y, n)], {})
-
-    def _is_secret(self, value: Any) -> bool:
-        return isinstance(value, torch.fx.Node) and value.name in self.secret
-
-    def _public_scalar(self, value: Any) -> float | None:
-        if isinstance(value, torch.fx.Node):
-            if value.name in self.secret:
-                return None
-            values = [env[value.name] for env in self.values]
-            values = [v.item() if torch.is_tensor(v) and v.dim() == 0 else v for v in values]
-            if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-                if values[0] != values[1]:
-                    return None
-                return self._scalar(values[0])
-            return None
-        return self._scalar(value)
 
     def _arithmetic(self, n: torch.fx.Node, op: str, x: Any, y: Any) -> None:
         if op == "RSub":
@@ -404,7 +256,7 @@ class Lowering:
     def _mask_op(self, n: torch.fx.Node, args: list[Any]) -> None:
         """A 0/1 mask compared with 0 or 1, expanded, or filling a tensor where it is 1."""
         t, x = n.target, args[0]
-        if _member(t, _MASKED_FILL):
+        if forms.member(t, forms.MASKED_FILL):
             condition, value = args[1], self._public_scalar(args[2])
             if not self._is_secret(condition) or condition.name not in self.masks or value is None:
                 raise GraphError(f"{self._where(n)}: only masked_fill(x, secret mask, number)")
@@ -419,14 +271,14 @@ class Lowering:
             raise GraphError(
                 f"{self._where(n)} compares or expands a secret value: only the attention mask"
             )
-        if _member(t, _EXPAND):
+        if forms.member(t, forms.EXPAND):
             self._alias(n, x)
             self.expanded.add(n.name)
             return
         c = self._public_scalar(args[1])
         if c not in (0.0, 1.0):
             raise GraphError(f"{self._where(n)}: a mask is compared with 0 or 1 only")
-        if (c == 1.0) == _member(t, _EQ):  # m == 1 and m != 0 are m itself
+        if (c == 1.0) == forms.member(t, forms.EQ):  # m == 1 and m != 0 are m itself
             return self._alias(n, x)
         self._unary(n, x, "Affine", {"scale": -1.0, "shift": 1.0})
         self.masks.add(n.name)
@@ -462,7 +314,7 @@ class Lowering:
 
     def _getitem(self, n: torch.fx.Node, x: Any, index: Any) -> None:
         source = self.secret[x.name]
-        if isinstance(source, _Pieces):
+        if isinstance(source, Pieces):
             if not isinstance(index, int):
                 raise GraphError(f"{self._where(n)} takes a slice of a split's pieces")
             start, length = source.bounds[index]
@@ -508,7 +360,7 @@ class Lowering:
         for piece in pieces:
             bounds.append((start, int(piece.size(dim))))
             start += int(piece.size(dim))
-        self.secret[n.name] = _Pieces(self._input(x, n), dim, tuple(bounds))
+        self.secret[n.name] = Pieces(self._input(x, n), dim, tuple(bounds))
 
     def _cat(self, n: torch.fx.Node, parts: Any, dim: int) -> None:
         names = [self._input(p, n) for p in parts]
