@@ -21,7 +21,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("tune", help="choose the cheapest approximation plan within a budget")
     p.add_argument("jobfile", help="the job file whose [model] to tune")
     p.add_argument(
-        "--calibration", required=True, help=".npz with rows `x` (and labels `y`), yours"
+        "--calibration",
+        required=True,
+        help=".npz with rows `x` (and labels `y`), yours; for a transformer, `x` holds token ids "
+        "(rows x sequence) and `mask` may hold their attention mask",
     )
     p.add_argument(
         "--budget",
@@ -45,23 +48,35 @@ def run(args: argparse.Namespace) -> int:
     from mpcml.api import plans
     from mpcml.api.jobfile import model_of
     from mpcml.api.tune import tune
-    from mpcml.graph.init import model_initial_state
+    from mpcml.graph.hf import SequenceModel
+    from mpcml.graph.hf import trace as trace_sequence
+    from mpcml.graph.init import initial_state, model_initial_state
+    from mpcml.graph.ops import GraphError
+    from mpcml.graph.sequence_ops import token_rows
 
     model, weights = model_of(args.jobfile)
+    sequence = isinstance(model, SequenceModel)
+    module = model.model if sequence else model
     try:
         with np.load(args.calibration) as arrays:
             x = torch.from_numpy(arrays["x"]).float()
             y = torch.from_numpy(arrays["y"]) if "y" in arrays else None
-    except (OSError, KeyError, ValueError) as exc:
+            if sequence and "mask" in arrays:  # token rows as the token owner shares them
+                rows = token_rows(arrays["x"], arrays["mask"], int(module.config.vocab_size))
+                x = torch.from_numpy(rows)
+    except (OSError, KeyError, ValueError, GraphError) as exc:
         print(
             f"error: --calibration {args.calibration}: rows `x` unreadable: {exc}", file=sys.stderr
         )
         return EXIT_BAD_INPUT
     if args.weights:
-        model.load_state_dict(torch.load(args.weights, weights_only=True))
+        module.load_state_dict(torch.load(args.weights, weights_only=True))
     elif "init_seed" in weights or not weights:
         seed = int(weights.get("init_seed", 0))
-        model.load_state_dict(model_initial_state(model, tuple(x.shape[1:]), seed))
+        if sequence:  # the graph's parameters, keyed as the model's; its buffers stay
+            module.load_state_dict(initial_state(trace_sequence(model), seed), strict=False)
+        else:
+            module.load_state_dict(model_initial_state(model, tuple(x.shape[1:]), seed))
     else:
         print(
             "error: the job's weights are a private or trained model: give them with --weights",
