@@ -72,12 +72,12 @@ def _graph(model: Any, input_shape: Sequence[int] | None) -> gpb.Graph | None:
     from mpcml.graph.hf import SequenceModel, from_directory, is_transformers_model
     from mpcml.graph.hf import trace as trace_sequence
 
-    if isinstance(model, (str, os.PathLike)):  # a Hugging Face `save_pretrained` directory
-        model = from_directory(os.fspath(model))
     if isinstance(model, SequenceModel):
         return trace_sequence(model)
     if input_shape is None:
         return None
+    if isinstance(model, (str, os.PathLike)):  # a Hugging Face `save_pretrained` directory
+        model = from_directory(os.fspath(model))
     if is_transformers_model(model):
         # Unwrapped: its rows are token ids (a dataset's `array`), one per position.
         if len(input_shape) != 1:

@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     elif "init_seed" in weights or not weights:
         seed = int(weights.get("init_seed", 0))
         if sequence:  # the graph's parameters, keyed as the model's; its buffers stay
-            module.load_state_dict(initial_state(trace_sequence(model), seed), strict=False)
+            state = initial_state(trace_sequence(model), seed)
+            unexpected = module.load_state_dict(state, strict=False).unexpected_keys
+            assert not unexpected, f"graph parameters the model lacks: {unexpected}"
         else:
             module.load_state_dict(model_initial_state(model, tuple(x.shape[1:]), seed))
     else:

@@ -267,7 +267,7 @@ class Lowering(TraceValues):
             fill = self._emit(f"{n.name}_fill", "Affine", [cond], {"scale": value, "shift": 0.0})
             self._emit(n.name, "Add", [kept, fill], {})
             return
-        if x.name not in self.masks:
+        if not self._is_secret(x) or x.name not in self.masks:
             raise GraphError(
                 f"{self._where(n)} compares or expands a secret value: only the attention mask"
             )
