@@ -22,7 +22,7 @@ from typing import Any
 from mpcml.graph.opspec import GraphError
 from mpcml.proto.v1 import graph_pb2 as pb
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 """The version of this table a captured graph names (`Graph.op_table`); a party refuses others."""
 
 BATCH_SUFFIX = "@batch"
@@ -94,7 +94,11 @@ OPS: dict[str, AtenOp] = {
         _op("mul.Scalar(self:T, other:F)", "local scale"),
         _op("div.Tensor(self:T, other:TS)", "by a public value: local; a secret divisor refused"),
         _op("neg.default(self:T)", "local"),
-        _op("where.self(condition:T, self:TS, other:TS)", "public condition: c*x + (1-c)*y"),
+        _op("pow.Tensor_Scalar(self:T, exponent:F)", "a whole exponent: Beaver products"),
+        _op(
+            "where.self(condition:T, self:TS, other:TS)",
+            "c*x + (1-c)*y: a public condition, or the attention mask (a Beaver product)",
+        ),
         # non-linear functions
         _op("relu.default(self:T)", "CrypTen relu (one comparison)"),
         _op("hardtanh.default(self:T, min_val:F, max_val:F)", "two relus (ReLU6 and the like)"),
@@ -141,6 +145,10 @@ OPS: dict[str, AtenOp] = {
         _op("cat.default(tensors:TL, dim:I)", "crypten.cat"),
         _op("index_select.default(self:T, dim:I, index:T)", "public indices: index_select"),
         _op("index.Tensor(self:T, indices:TL)", "public indices: advanced indexing"),
+        _op(
+            "embedding.default(weight:T, indices:T, padding_idx:I, scale_grad_by_freq:B, sparse:B)",
+            "public indices (positions, token types): rows of the weight, index_select",
+        ),
         _op("constant_pad_nd.default(self:T, pad:IL, value:F)", "pad"),
         _op("clone.default(self:T, memory_format:X)", "nothing (a copy)"),
         _op("alias.default(self:T)", "nothing"),
@@ -295,7 +303,8 @@ if __name__ == "__main__":  # python -m mpcml.graph.aten > docs/ops.md
         "training (batch norm does use batch statistics in a training job); a transposed\n"
         "convolution, a division by a secret value and data-dependent control flow are\n"
         "refused; indexing by several index tensors at once computes but passes no gradient;\n"
-        "Hugging Face models built through `mpcml.graph.hf` still go through its torch.fx\n"
-        "lowering (`graph/lower.py`).\n"
+        "the attention mask of a transformer is the one secret value that may be compared\n"
+        "(with 0 or 1) or be a `where` condition; a public number of magnitude 1e9 or more\n"
+        '("minus infinity" in a mask) is clipped to 16 with its sign.\n'
     )
     print(table_markdown(), end="")

@@ -31,7 +31,9 @@ def _add(x: Any, y: Any) -> Any:
 
 
 def _mul(x: Any, y: Any) -> Any:
-    return y.mul(x) if not _secret(x) and _secret(y) else x.mul(y)
+    if not _secret(x) and not _secret(y):
+        return x * y
+    return y.mul(x) if not _secret(x) else x.mul(y)
 
 
 def _scaled(value: Any, alpha: float | None) -> Any:
@@ -99,9 +101,23 @@ def _div(a: Args, m: Any) -> Any:
 
 
 def _where(a: Args, m: Any) -> Any:
-    condition = a["condition"].float()
+    condition = a["condition"]  # public (bool), or the secret 0/1 attention mask
+    condition = condition if _secret(condition) else condition.float()
     x, y = a["self"], a["other"]
-    return _add(_mul(x, condition), _mul(y, 1.0 - condition))
+    return _add(_mul(x, condition), _mul(y, condition.neg().add(1.0)))
+
+
+def _pow(a: Args, m: Any) -> Any:
+    exponent = float(a["exponent"])
+    if exponent != int(exponent) or exponent < 0:
+        raise GraphError(f"a secret value to the power {exponent}: only whole powers are computed")
+    return a["self"].pow(int(exponent))
+
+
+def _embedding(a: Args, m: Any) -> Any:
+    weight, indices = a["weight"], a["indices"]
+    rows = weight.index_select(0, indices.reshape(-1))
+    return rows.reshape((*indices.shape, weight.size(-1)))
 
 
 def _clamp(x: Any, low: float | None, high: float | None) -> Any:
@@ -281,6 +297,7 @@ LOWERINGS: dict[str, Lowering] = {
     "aten.mul.Scalar": lambda a, m: a["self"].mul(float(a["other"])),
     "aten.div.Tensor": _div,
     "aten.neg.default": lambda a, m: a["self"].neg(),
+    "aten.pow.Tensor_Scalar": _pow,
     "aten.where.self": _where,
     "aten.relu.default": lambda a, m: a["self"].relu(),
     "aten.hardtanh.default": lambda a, m: _clamp(a["self"], a["min_val"], a["max_val"]),
@@ -311,6 +328,7 @@ LOWERINGS: dict[str, Lowering] = {
     "aten.cat.default": _cat,
     "aten.index_select.default": lambda a, m: a["self"].index_select(a["dim"], a["index"]),
     "aten.index.Tensor": _index,
+    "aten.embedding.default": _embedding,
     "aten.constant_pad_nd.default": lambda a, m: a["self"].pad(
         tuple(a["pad"]), value=float(a["value"])
     ),
@@ -329,7 +347,7 @@ def _typed(a: Args) -> Args:
             a[arg] = value.long() if kind == "long" else value.bool()
         elif isinstance(value, list):
             a[arg] = [v.long() if torch.is_tensor(v) else v for v in value]
-        elif _secret(value):
+        elif _secret(value) and arg != "condition":  # a condition may be the attention mask
             raise GraphError(f"argument {arg!r} must be public, it is secret")
     return a
 

@@ -8,6 +8,13 @@ masks) and is computed here, once, and folded into a `Constant`. Integer argumen
 the batch size stay symbolic (`aten.BATCH_SUFFIX`). An op outside the table is refused naming
 the ATen op, the module that produced it and the user's source line.
 
+A transformer's input is its token rows (`hf.trace`): per position the one-hot token id and
+the attention mask, the one secret value that may be compared, negated and used as a `where`
+condition, since it holds 0 or 1 only (`_mask_op`). Masks written as "minus infinity" (the
+float's lowest value, which no fixed-point ring holds) are clipped: a public number of
+magnitude at least `HUGE` becomes `MASK_VALUE` with its sign, a softmax weight of e^-16
+(1e-7), zero in CrypTen's 16 fractional bits.
+
 The model is captured in inference (eval) mode, so a training and an inference job of one
 model share one graph and one digest: batch norm follows the job at the parties (batch
 statistics while training), and dropout, which eval mode removes, is not applied in training.
@@ -24,9 +31,8 @@ from typing import Any, cast
 import torch
 import torch.fx
 
-from mpcml.graph.aten import BATCH_SUFFIX, OPS, PARAMETER, TABLE_VERSION, AtenOp
-from mpcml.graph.ops import GRAPH_VERSION, GraphError
-from mpcml.graph.trace import encode_attr
+from mpcml.graph.aten import BATCH_SUFFIX, OPS, PARAMETER, PUBLIC_ARGS, TABLE_VERSION, AtenOp
+from mpcml.graph.ops import GRAPH_VERSION, GraphError, encode_attr
 from mpcml.proto.v1 import graph_pb2 as pb
 
 _EXPORTING = threading.Lock()
@@ -34,6 +40,31 @@ _EXPORTING = threading.Lock()
 
 EXAMPLE_BATCH = 2
 """The batch of the example input the model is exported with (the batch stays dynamic)."""
+HUGE = 1e9
+MASK_VALUE = 16.0
+
+_MASK_LAYOUT = frozenset(
+    {
+        "aten.view.default",
+        "aten.unsqueeze.default",
+        "aten.expand.default",
+        "aten.slice.Tensor",
+        "aten.select.int",
+        "aten.permute.default",
+        "aten.squeeze.dims",
+        "aten.index.Tensor",
+        "aten.clone.default",
+        "aten.alias.default",
+    }
+)
+"""Ops that move a mask's 0/1 values without changing them: their result is a mask too."""
+_MASK_NOT = frozenset({"aten.logical_not.default", "aten.bitwise_not.default"})
+_MASK_AND = frozenset({"aten.bitwise_and.Tensor", "aten.logical_and.default", "aten.mul.Tensor"})
+
+
+def clip(value: float) -> float:
+    """A public number as the capture keeps it: "minus infinity" becomes -MASK_VALUE."""
+    return max(-MASK_VALUE, min(MASK_VALUE, value)) if abs(value) >= HUGE else value
 
 
 def where(n: torch.fx.Node) -> str:
@@ -84,9 +115,13 @@ zero, which no fixed-point value is) or strided views that CrypTen's pooling doe
 class _Capture:
     """One capture: `run` returns the graph."""
 
-    def __init__(self, model: torch.nn.Module, example: torch.Tensor) -> None:
-        self.model, self.example = model, example
-        self.graph = pb.Graph(version=GRAPH_VERSION, op_table=TABLE_VERSION)
+    def __init__(
+        self, model: torch.nn.Module, example: torch.Tensor, vocab: int = 0, prefix: str = ""
+    ) -> None:
+        self.model, self.example, self.vocab, self.prefix = model, example, vocab, prefix
+        self.graph = pb.Graph(version=GRAPH_VERSION, op_table=TABLE_VERSION, token_vocab=vocab)
+        self.masks: set[str] = set()
+        """Secret values that hold 0 or 1 only: the attention mask and what is computed from it."""
         self.values: dict[str, Any] = {}
         self.secret: dict[str, str] = {}
         """Exported node name -> graph node name, for every secret value."""
@@ -177,7 +212,8 @@ class _Capture:
             kind == "BUFFER" and spec.persistent and value.is_floating_point()
         )
         if weight:  # the owner's: read from its state_dict by key, secret-shared
-            self.pending[n.name] = (str(spec.target), kind == "BUFFER")
+            target = str(spec.target).removeprefix(self.prefix)
+            self.pending[n.name] = (target, kind == "BUFFER")
 
     def _evaluate(self, n: torch.fx.Node) -> Any:
         args = torch.fx.node.map_arg(n.args, lambda a: self.values[a.name])
@@ -202,6 +238,8 @@ class _Capture:
             return self._getitem(n)
         if name == "aten.split_with_sizes.default":
             return self._split(n)
+        if self._mask_op(n, name):
+            return
         op = OPS.get(name)
         if op is None:
             raise GraphError(
@@ -209,6 +247,59 @@ class _Capture:
                 "docs/ops.md lists the supported core ATen ops"
             )
         self._emit(n, op)
+
+    def _mask_op(self, n: torch.fx.Node, name: str) -> bool:
+        """Capture an op on a mask (0/1 values) as arithmetic; False where it is no mask op."""
+        secret = [a for a in n.all_input_nodes if self._is_secret(a)]
+        if self.vocab and name == "aten.select.int" and self._is_mask_column(n):
+            self._emit(n, OPS[name])
+            self.masks.add(n.name)
+            return True
+        if not secret or any(a.name not in self.masks for a in secret):
+            return False
+        x = self._secret(secret[0])
+        if name in _MASK_LAYOUT:
+            self._emit(n, OPS[name])
+        elif name == "aten._to_copy.default":
+            self.secret[n.name] = x  # 0/1 as a bool, an integer or a float alike
+        elif name in ("aten.eq.Scalar", "aten.ne.Scalar"):
+            c = float(cast(float, n.args[1]))
+            if c not in (0.0, 1.0):
+                raise GraphError(f"a mask is compared with 0 or 1 only, not {c} ({where(n)})")
+            if (c == 1.0) == (name == "aten.eq.Scalar"):  # m == 1 and m != 0 are m itself
+                self.secret[n.name] = x
+            else:
+                self._not(n, x)
+        elif name in _MASK_NOT:
+            self._not(n, x)
+        elif name in _MASK_AND:
+            self._emit(n, OPS["aten.mul.Tensor"])
+        elif name == "aten.where.self" and n.args[0] in secret and len(secret) == 1:
+            self._emit(n, OPS[name])
+            return True  # x where the mask is 1, y where it is 0: no longer a mask
+        else:
+            return False
+        self.masks.add(n.name)
+        return True
+
+    def _is_mask_column(self, n: torch.fx.Node) -> bool:
+        """Whether `n` selects the attention mask, the last column of the token rows."""
+        source, dim, index = n.args[:3]
+        return (
+            isinstance(source, torch.fx.Node)
+            and source.name == self.graph.inputs[0]
+            and int(cast(int, dim)) % self.example.dim() == self.example.dim() - 1
+            and int(cast(int, index)) % self.example.size(-1) == self.vocab
+        )
+
+    def _not(self, n: torch.fx.Node, mask: str) -> None:
+        """1 - m: a negation, then an add of the number 1."""
+        negated = pb.Node(name=f"{n.name}_neg", op="aten.neg.default", inputs=[mask])
+        self.graph.nodes.append(negated)
+        node = pb.Node(name=n.name, op="aten.add.Tensor", inputs=[negated.name])
+        node.attrs["other"].CopyFrom(encode_attr(1.0))
+        node.attrs["alpha"].CopyFrom(encode_attr(1.0))
+        self._append(n, node)
 
     def _getitem(self, n: torch.fx.Node) -> None:
         source, index = n.args
@@ -277,6 +368,7 @@ class _Capture:
                 f"size ({list(shape)}); only secret values may"
             )
         flat = tensor.detach().double().reshape(-1)
+        flat = flat.clamp(-MASK_VALUE, MASK_VALUE).where(flat.abs() >= HUGE, flat)
         node = pb.Node(name=f"{value.name}_constant", op="Constant")
         node.attrs["shape"].CopyFrom(pb.Attr(ints=pb.IntList(values=list(tensor.shape))))
         node.attrs["values"].CopyFrom(pb.Attr(floats=pb.FloatList(values=flat.tolist())))
@@ -309,7 +401,7 @@ class _Capture:
                 if isinstance(value, torch.fx.Node):
                     node.inputs.append(self._tensor(value, n))
                 else:
-                    node.attrs[arg].CopyFrom(encode_attr(float(value)))
+                    node.attrs[arg].CopyFrom(encode_attr(clip(float(value))))
             elif kind == "TL":
                 node.inputs.extend(self._tensor(v, n) for v in value)
                 node.attrs[f"{arg}#"].CopyFrom(encode_attr(len(value)))
@@ -317,6 +409,15 @@ class _Capture:
                 self._check_ignored(op, arg, value, n)
             elif value is not None:
                 self._setting(node, arg, kind, value, concrete.get(arg), n)
+        for arg in PUBLIC_ARGS:
+            value = bound.get(arg)
+            values = value if isinstance(value, list | tuple) else [value]
+            hidden = [v for v in values if isinstance(v, torch.fx.Node) and self._is_secret(v)]
+            if hidden and not (arg == "condition" and all(v.name in self.masks for v in hidden)):
+                raise GraphError(
+                    f"{op.name} ({where(n)}): its {arg} is computed from secret values; "
+                    "it must be public (only the attention mask may be a condition)"
+                )
         if op.name == "aten.div.Tensor" and len(node.inputs) > 1:
             divisor = n.args[1]
             if isinstance(divisor, torch.fx.Node) and self._is_secret(divisor):
@@ -325,6 +426,10 @@ class _Capture:
             source = self.values[cast(torch.fx.Node, n.args[0]).name]
             if tuple(self.values[n.name].shape) != tuple(source.shape) or bound["storage_offset"]:
                 raise GraphError(f"as_strided that changes the shape is not supported ({where(n)})")
+        if op.name == "aten.pow.Tensor_Scalar":
+            exponent = float(bound["exponent"])
+            if exponent != int(exponent) or exponent < 0:
+                raise GraphError(f"a power {exponent} of a secret value ({where(n)}): only whole")
         if op.name == "aten.convolution.default" and bound["transposed"]:
             raise GraphError(f"transposed convolution is not supported ({where(n)})")
         self._append(n, node)
@@ -359,7 +464,7 @@ class _Capture:
                         pb.Attr(ints=pb.IntList(values=[b for _, b in pairs]))
                     )
             elif kind in ("F", "F?"):
-                node.attrs[arg].CopyFrom(encode_attr(float(value)))
+                node.attrs[arg].CopyFrom(encode_attr(clip(float(value))))
             elif kind == "B":
                 node.attrs[arg].CopyFrom(encode_attr(bool(value)))
             else:
@@ -387,3 +492,22 @@ def capture(model: torch.nn.Module, input_shape: Sequence[int]) -> pb.Graph:
         raise GraphError(f"the model must be a torch.nn.Module, got {type(model).__name__}")
     with _EXPORTING:
         return _Capture(model, example_input(input_shape)).run()
+
+
+def token_rows_example(sequence: int, vocab: int) -> torch.Tensor:
+    """Example token rows: random one-hot ids, and a mask whose second row is padded."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (EXAMPLE_BATCH, sequence), generator=generator)
+    rows = torch.nn.functional.one_hot(ids, vocab + 1).float()
+    rows[..., vocab] = 1.0
+    rows[-1, (sequence + 1) // 2 :, vocab] = 0.0  # padding: the mask must flow as a value
+    return rows
+
+
+def capture_tokens(model: torch.nn.Module, sequence: int, vocab: int, prefix: str = "") -> pb.Graph:
+    """The graph of `model` on token rows (`sequence` positions of `vocab` + 1 columns).
+
+    `prefix` is taken off its parameters' names: the model is a wrapper around the user's.
+    """
+    with _EXPORTING:
+        return _Capture(model, token_rows_example(sequence, vocab), vocab, prefix).run()

@@ -1,32 +1,27 @@
 """Hugging Face transformers as mpcml graphs: built from a class name and a JSON config.
 
 No weights are downloaded and nothing is unpickled: the model is constructed from its config
-(seeded random weights, which only the tracing sees), traced with `transformers.utils.fx`, and
-lowered (`lower.py`) at a fixed sequence length. The party that owns the weights keeps a
+(seeded random weights, which only the capture sees), rebuilt with eager attention and no cache
+(`traceable`), and captured with torch.export on token rows of a fixed sequence length
+(`capture.capture_tokens`), as every other model is. The party that owns the weights keeps a
 `state_dict` of the same class, read with `weights_only=True`; its keys are the graph's
 `<module>.<parameter>` names.
 """
 
 from __future__ import annotations
 
-import bisect
 import copy
-import dis
-import importlib
 import inspect
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
 
-from mpcml.graph import hf_masks
-from mpcml.graph.lower import BATCHES, lower
-from mpcml.graph.ops import Attrs, GraphError
+from mpcml.graph import capture
+from mpcml.graph.ops import GraphError
 from mpcml.proto.v1 import graph_pb2 as pb
 
 CLASSES = (
@@ -101,13 +96,18 @@ def traceable(model: Any) -> Any:
         )
     config = model.config
     eager = config._attn_implementation == "eager"
-    if eager and not getattr(config, "use_cache", False) and not model.training:
+    gelus = [n for n, m in model.named_modules() if type(m).__name__ in _GELU_FORMS]
+    if eager and not getattr(config, "use_cache", False) and not model.training and not gelus:
         return model
     settings = copy.deepcopy(config)
     settings._attn_implementation = "eager"
     settings.use_cache = False
     rebuilt = type(model)(settings)
     rebuilt.load_state_dict(model.state_dict())
+    for name in gelus:  # one GELU op (a plan knob), not the formula's pieces
+        parent, _, leaf = name.rpartition(".")
+        form = _GELU_FORMS[type(rebuilt.get_submodule(name)).__name__]
+        setattr(rebuilt.get_submodule(parent), leaf, torch.nn.GELU(approximate=form))
     return rebuilt.eval()
 
 
@@ -149,50 +149,52 @@ class SequenceModel:
 
     def names(self) -> tuple[str, ...]:
         """The inputs, by default those of the model's family."""
-        if self.inputs:
-            return self.inputs
-        decoder = self.model.config.model_type == "gpt2"
-        return ("input_ids",) if decoder else ("input_ids", "attention_mask")
+        return self.inputs or ("input_ids", "attention_mask")
 
 
-def _causal_mask_call(
-    config: Any, input_embeds: Any, attention_mask: Any = None, **rest: Any
-) -> Any:
-    if attention_mask is not None:
-        raise GraphError("a decoder runs without an attention mask: its sequences are not padded")
-    return hf_masks.causal_mask(input_embeds)
+class _TokenRows(torch.nn.Module):
+    """The user's model on token rows as a party shares them (`sequence_ops.token_rows`).
 
+    The ids arrive one-hot, so the word embedding is their product with its weight. Positions
+    and token types follow the sequence length only: they are public, given for one row (the
+    model broadcasts them over the batch). RoBERTa numbers positions from `padding_idx + 1`
+    as for rows padded on the right, as its tokenizer pads them (it would number them from the
+    ids, which are secret): every real token's output is the model's, and the padding
+    positions, which the mask hides from every real token, differ.
+    """
 
-def _module_op(m: torch.nn.Module) -> tuple[str, Attrs] | None:
-    name = type(m).__name__
-    if name in _GELU_FORMS:
-        return "GELU", {"approximate": _GELU_FORMS[name]}
-    if name == "SiLUActivation":
-        return "SiLU", {}
-    if name == "Conv1D" and hasattr(m, "nf"):  # transformers.pytorch_utils.Conv1D: x W + b
-        weight: Any = m.weight
-        return "Conv1D", {"in_features": int(weight.shape[0]), "out_features": int(weight.shape[1])}
-    return None
+    def __init__(self, model: Any, vocab: int, masked: bool) -> None:
+        super().__init__()
+        self.model, self.vocab, self.masked = model, vocab, masked
+        config = model.config
+        self.first = int(config.pad_token_id) + 1 if config.model_type == "roberta" else 0
+        self.decoder = config.model_type == "gpt2"
+        arguments = inspect.signature(model.forward).parameters
+        # GPT-2 takes token types too, but looks them up in its word embedding: none there
+        self.types = "token_type_ids" in arguments and bool(getattr(config, "type_vocab_size", 0))
+        self.positions = "position_ids" in arguments
 
-
-def _examples(vocab: int, sequence: int, names: tuple[str, ...]) -> list[dict[str, torch.Tensor]]:
-    generator = torch.Generator().manual_seed(0)
-    out = []
-    for rows in BATCHES:
-        example = {"input_ids": torch.randint(0, vocab, (rows, sequence), generator=generator)}
-        if "attention_mask" in names:
-            mask = torch.ones(rows, sequence, dtype=torch.long)
-            mask[-1, sequence // 2 :] = 0  # one padded row: the mask must flow as a value
-            example["attention_mask"] = mask
-        out.append(example)
-    return out
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        sequence = rows.size(1)
+        embeds = rows[..., : self.vocab] @ self.model.get_input_embeddings().weight
+        extra: dict[str, Any] = {}
+        if self.positions:
+            extra["position_ids"] = (torch.arange(sequence) + self.first).unsqueeze(0)
+        if self.types:
+            extra["token_type_ids"] = torch.zeros((1, sequence), dtype=torch.long)
+        if self.masked:
+            mask = rows[..., self.vocab]
+            if self.decoder:  # causal, 4D and additive, as `create_causal_mask` makes it
+                causal = torch.ones(sequence, sequence).tril()
+                keep = causal[None, None] * mask[:, None, None, :]
+                mask = (1.0 - keep) * torch.finfo(embeds.dtype).min
+            extra["attention_mask"] = mask
+        out = self.model(inputs_embeds=embeds, return_dict=False, **extra)
+        return out[0]  # type: ignore[no-any-return]
 
 
 def trace(model: SequenceModel) -> pb.Graph:
     """The graph of a Hugging Face model at its sequence length; GraphError names what fails."""
-    transformers = _transformers()
-    from transformers.utils import fx as hf_fx
-
     hf = traceable(model.model)
     names = model.names()
     unknown = set(names) - {"input_ids", "attention_mask"}
@@ -203,74 +205,6 @@ def trace(model: SequenceModel) -> pb.Graph:
     )
     if model.sequence < 1 or (limit is not None and model.sequence > limit):
         raise GraphError(f"sequence length {model.sequence} is outside 1..{limit} for this model")
-    activations = [
-        getattr(transformers.activations, n)
-        for n in (*_GELU_FORMS, "SiLUActivation")
-        if hasattr(transformers.activations, n)
-    ]
-    leaves = (transformers.pytorch_utils.Conv1D, *activations)
-
-    class Proxy(hf_fx.HFProxy):
-        def __iter__(self) -> Any:
-            whole: Any = self
-            # `(*x.shape[:-1], -1)`: a shape's length is known from the meta tensors.
-            metadata = getattr(self, "_metadata", None)
-            if isinstance(metadata, tuple):
-                return iter([whole[i] for i in range(len(metadata))])
-            # `a, b, c = x.shape`: what torch.fx's Proxy.__iter__ does, which reads the
-            # unpacking from its caller's bytecode (so it cannot be called from here).
-            caller = inspect.currentframe()
-            assert caller is not None and caller.f_back is not None
-            code = caller.f_back
-            instructions = list(dis.get_instructions(code.f_code))
-            at = bisect.bisect_left(instructions, code.f_lasti, key=lambda i: i.offset)
-            if instructions[at].opname == "UNPACK_SEQUENCE":
-                return iter([whole[i] for i in range(instructions[at].argval)])
-            return self.tracer.iter(self)
-
-    class Tracer(hf_fx.HFTracer):
-        def __init__(self) -> None:
-            super().__init__(autowrap_modules=(math, hf_masks))  # type: ignore[no-untyped-call]
-
-        def proxy(self, node: Any) -> Any:
-            return Proxy(node, self)
-
-        def is_leaf_module(self, m: torch.nn.Module, qualified_name: str) -> bool:
-            return isinstance(m, leaves) or super().is_leaf_module(m, qualified_name)
-
-    family = importlib.import_module(type(hf).__module__)
     vocab = int(hf.config.vocab_size)
-    tokens = {n: "ids" if n == "input_ids" else "mask" for n in names}
-    hf_masks.CONFIGS.append(hf.config)
-    try:
-        conv1d = transformers.pytorch_utils.Conv1D
-        metas = {conv1d: lambda m, x: x.new_empty((*x.shape[:-1], m.nf))}  # for split's pieces
-        with (
-            mock.patch.object(family, "create_causal_mask", _causal_mask_call, create=True),
-            mock.patch.object(
-                family,
-                "create_position_ids_from_input_ids",
-                hf_masks.right_padded_positions,
-                create=True,
-            ),
-            mock.patch.dict(hf_fx._MANUAL_META_OVERRIDES, metas),
-        ):
-            try:
-                traced = hf_fx.symbolic_trace(hf, input_names=list(names), tracer_cls=Tracer)
-            except GraphError:
-                raise
-            except Exception as exc:  # tracing raises many types on what it cannot follow
-                raise GraphError(
-                    f"the {type(hf).__name__} cannot be traced with torch.fx: {exc}"
-                ) from None
-        return lower(
-            traced,
-            _examples(vocab, model.sequence, names),
-            tokens,
-            vocab,
-            model.sequence,
-            module_op=_module_op,
-            public_functions=(hf_masks.causal_mask, hf_masks.right_padded_positions),
-        )
-    finally:
-        hf_masks.CONFIGS.pop()
+    rows = _TokenRows(hf, vocab, "attention_mask" in names)
+    return capture.capture_tokens(rows, model.sequence, vocab, prefix="model.")

@@ -126,6 +126,23 @@ SOFTMAXES = ("Softmax", "aten._softmax.default", "aten._safe_softmax.default")
 """The ops of a final softmax, which a cross-entropy loss fuses with."""
 
 
+def encode_attr(value: Any) -> pb.Attr:
+    """One setting as an `Attr`."""
+    if isinstance(value, bool):
+        return pb.Attr(b=value)
+    if isinstance(value, int):
+        return pb.Attr(i=value)
+    if isinstance(value, float):
+        return pb.Attr(f=value)
+    if isinstance(value, str):
+        return pb.Attr(s=value)
+    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return pb.Attr(ints=pb.IntList(values=list(value)))
+    if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+        return pb.Attr(floats=pb.FloatList(values=list(value)))
+    raise GraphError(f"setting {value!r} cannot be put in a graph")
+
+
 def decode_attrs(node: pb.Node) -> Attrs:
     """A node's settings as Python values."""
     out: Attrs = {}

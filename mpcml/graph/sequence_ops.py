@@ -79,10 +79,7 @@ def token_rows(ids: np.ndarray, mask: np.ndarray | None, vocab: int) -> np.ndarr
 
 def token_vocab(graph: Any) -> int | None:
     """The vocabulary of a graph that reads token rows (an `mpcml.v1.Graph`), else None."""
-    for node in graph.nodes:
-        if node.op == "Tokens" and node.inputs[0] in graph.inputs:
-            return int(node.attrs["vocab"].i)
-    return None
+    return int(graph.token_vocab) or None
 
 
 def input_shape(graph: Any, row_shape: tuple[int, ...]) -> tuple[int, ...]:

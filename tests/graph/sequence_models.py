@@ -6,12 +6,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
 from mpcml.graph import hf
-from mpcml.graph.lower import BATCHES, lower
+from mpcml.graph.capture import capture_tokens
 from mpcml.graph.sequence_ops import token_rows
 from mpcml.proto.v1 import graph_pb2 as pb
 
@@ -118,11 +117,10 @@ def tokens(
 def model_tokens(
     name: str, seed: int = 0, rows: int = ROWS, padded: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens the tests give model `name`: padded rows for the encoders (GPT-2 runs
-    unpadded), padded with RoBERTa's pad token for RoBERTa."""
+    """The tokens the tests give model `name`: one row padded on the right (GPT-2's too: its
+    padding mask joins its causal mask), with RoBERTa's pad token for RoBERTa."""
     pad = CONFIGS["roberta"][1]["pad_token_id"] if name == "roberta" else None
-    padded = name != "gpt2" if padded is None else padded
-    return tokens(seed, rows, padded, pad)
+    return tokens(seed, rows, True if padded is None else padded, pad)
 
 
 def plaintext(model: hf.SequenceModel, ids: np.ndarray, mask: np.ndarray | None) -> torch.Tensor:
@@ -136,20 +134,22 @@ def plaintext(model: hf.SequenceModel, ids: np.ndarray, mask: np.ndarray | None)
 
 
 class Ops(nn.Module):
-    """Every transformer op the two models leave out: Sub, Mul, Pow, Mean, Cat, SiLU, chunk."""
+    """Ops the two models leave out, on token rows: sub, mul, pow, mean, cat, silu, chunk, and
+    a product with the attention mask."""
 
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, 8)
         self.norm = nn.LayerNorm(8)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        h = self.norm(self.embed(input_ids))
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        ids, mask = rows[..., :VOCAB], rows[..., VOCAB]
+        h = self.norm(ids @ self.embed.weight)
         centred = h - h.mean(-1, keepdim=True)
         left, right = centred.chunk(2, dim=-1)
         product = left * right + 0.5 * left.pow(3)
         joined = torch.cat([F.silu(product), F.gelu(right, approximate="tanh")], dim=-1)
-        masked = joined * attention_mask.unsqueeze(-1)
+        masked = joined * mask.unsqueeze(-1)
         return masked.mean(1) - 2.0
 
 
@@ -162,16 +162,8 @@ def ops_model() -> nn.Module:
 
 
 def ops_graph() -> pb.Graph:
-    """The Ops model lowered as a token model."""
-    model = ops_model()
-    examples = []
-    for rows in BATCHES:
-        ids, mask = tokens(rows=rows)
-        examples.append(
-            {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
-        )
-    tokens_in = {"input_ids": "ids", "attention_mask": "mask"}
-    return lower(torch.fx.symbolic_trace(model), examples, tokens_in, VOCAB, SEQUENCE)
+    """The Ops model captured on token rows."""
+    return capture_tokens(ops_model(), SEQUENCE, VOCAB)
 
 
 def rows(ids: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14mpcml/v1/graph.proto\x12\x08mpcml.v1\"\x94\x01\n\x05Graph\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x1d\n\x05nodes\x18\x03 \x03(\x0b\x32\x0e.mpcml.v1.Node\x12\x0e\n\x06output\x18\x04 \x01(\t\x12\x10\n\x08op_table\x18\x05 \x01(\r\x12\x13\n\x0binput_shape\x18\x06 \x03(\x03\x12\x14\n\x0coutput_shape\x18\x07 \x03(\x03\"\xd5\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12(\n\x05\x61ttrs\x18\x04 \x03(\x0b\x32\x19.mpcml.v1.Node.AttrsEntry\x12\x0e\n\x06module\x18\x05 \x01(\t\x12+\n\nparameters\x18\x06 \x03(\x0b\x32\x17.mpcml.v1.ParameterSpec\x1a<\n\nAttrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1d\n\x05value\x18\x02 \x01(\x0b\x32\x0e.mpcml.v1.Attr:\x02\x38\x01\"\x8c\x01\n\x04\x41ttr\x12\x0b\n\x01i\x18\x01 \x01(\x03H\x00\x12\x0b\n\x01\x66\x18\x02 \x01(\x01H\x00\x12\x0b\n\x01s\x18\x03 \x01(\tH\x00\x12\x0b\n\x01\x62\x18\x04 \x01(\x08H\x00\x12!\n\x04ints\x18\x05 \x01(\x0b\x32\x11.mpcml.v1.IntListH\x00\x12%\n\x06\x66loats\x18\x06 \x01(\x0b\x32\x13.mpcml.v1.FloatListH\x00\x42\x06\n\x04kind\"\x19\n\x07IntList\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x1b\n\tFloatList\x12\x0e\n\x06values\x18\x01 \x03(\x01\"<\n\rParameterSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0e\n\x06\x62uffer\x18\x03 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14mpcml/v1/graph.proto\x12\x08mpcml.v1\"\xa9\x01\n\x05Graph\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x1d\n\x05nodes\x18\x03 \x03(\x0b\x32\x0e.mpcml.v1.Node\x12\x0e\n\x06output\x18\x04 \x01(\t\x12\x10\n\x08op_table\x18\x05 \x01(\r\x12\x13\n\x0binput_shape\x18\x06 \x03(\x03\x12\x14\n\x0coutput_shape\x18\x07 \x03(\x03\x12\x13\n\x0btoken_vocab\x18\x08 \x01(\r\"\xd5\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12(\n\x05\x61ttrs\x18\x04 \x03(\x0b\x32\x19.mpcml.v1.Node.AttrsEntry\x12\x0e\n\x06module\x18\x05 \x01(\t\x12+\n\nparameters\x18\x06 \x03(\x0b\x32\x17.mpcml.v1.ParameterSpec\x1a<\n\nAttrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1d\n\x05value\x18\x02 \x01(\x0b\x32\x0e.mpcml.v1.Attr:\x02\x38\x01\"\x8c\x01\n\x04\x41ttr\x12\x0b\n\x01i\x18\x01 \x01(\x03H\x00\x12\x0b\n\x01\x66\x18\x02 \x01(\x01H\x00\x12\x0b\n\x01s\x18\x03 \x01(\tH\x00\x12\x0b\n\x01\x62\x18\x04 \x01(\x08H\x00\x12!\n\x04ints\x18\x05 \x01(\x0b\x32\x11.mpcml.v1.IntListH\x00\x12%\n\x06\x66loats\x18\x06 \x01(\x0b\x32\x13.mpcml.v1.FloatListH\x00\x42\x06\n\x04kind\"\x19\n\x07IntList\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x1b\n\tFloatList\x12\x0e\n\x06values\x18\x01 \x03(\x01\"<\n\rParameterSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0e\n\x06\x62uffer\x18\x03 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODE_ATTRSENTRY']._loaded_options = None
   _globals['_NODE_ATTRSENTRY']._serialized_options = b'8\001'
   _globals['_GRAPH']._serialized_start=35
-  _globals['_GRAPH']._serialized_end=183
-  _globals['_NODE']._serialized_start=186
-  _globals['_NODE']._serialized_end=399
-  _globals['_NODE_ATTRSENTRY']._serialized_start=339
-  _globals['_NODE_ATTRSENTRY']._serialized_end=399
-  _globals['_ATTR']._serialized_start=402
-  _globals['_ATTR']._serialized_end=542
-  _globals['_INTLIST']._serialized_start=544
-  _globals['_INTLIST']._serialized_end=569
-  _globals['_FLOATLIST']._serialized_start=571
-  _globals['_FLOATLIST']._serialized_end=598
-  _globals['_PARAMETERSPEC']._serialized_start=600
-  _globals['_PARAMETERSPEC']._serialized_end=660
+  _globals['_GRAPH']._serialized_end=204
+  _globals['_NODE']._serialized_start=207
+  _globals['_NODE']._serialized_end=420
+  _globals['_NODE_ATTRSENTRY']._serialized_start=360
+  _globals['_NODE_ATTRSENTRY']._serialized_end=420
+  _globals['_ATTR']._serialized_start=423
+  _globals['_ATTR']._serialized_end=563
+  _globals['_INTLIST']._serialized_start=565
+  _globals['_INTLIST']._serialized_end=590
+  _globals['_FLOATLIST']._serialized_start=592
+  _globals['_FLOATLIST']._serialized_end=619
+  _globals['_PARAMETERSPEC']._serialized_start=621
+  _globals['_PARAMETERSPEC']._serialized_end=681
 # @@protoc_insertion_point(module_scope)

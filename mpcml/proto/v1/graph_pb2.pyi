@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Graph(_message.Message):
-    __slots__ = ("version", "inputs", "nodes", "output", "op_table", "input_shape", "output_shape")
+    __slots__ = ("version", "inputs", "nodes", "output", "op_table", "input_shape", "output_shape", "token_vocab")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class Graph(_message.Message):
     OP_TABLE_FIELD_NUMBER: _ClassVar[int]
     INPUT_SHAPE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_VOCAB_FIELD_NUMBER: _ClassVar[int]
     version: int
     inputs: _containers.RepeatedScalarFieldContainer[str]
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
@@ -22,7 +23,8 @@ class Graph(_message.Message):
     op_table: int
     input_shape: _containers.RepeatedScalarFieldContainer[int]
     output_shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, version: _Optional[int] = ..., inputs: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ..., op_table: _Optional[int] = ..., input_shape: _Optional[_Iterable[int]] = ..., output_shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    token_vocab: int
+    def __init__(self, version: _Optional[int] = ..., inputs: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ..., op_table: _Optional[int] = ..., input_shape: _Optional[_Iterable[int]] = ..., output_shape: _Optional[_Iterable[int]] = ..., token_vocab: _Optional[int] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("name", "op", "inputs", "attrs", "module", "parameters")
