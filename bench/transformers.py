@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from bench.sessions import run_parties  # noqa: E402
 from mpcml.api.tune import tune  # noqa: E402
 from mpcml.graph import hf  # noqa: E402
-from mpcml.graph.sequence_ops import token_rows  # noqa: E402
+from mpcml.graph.tokens import token_rows  # noqa: E402
 from tests.support.parties import make_pki  # noqa: E402
 
 PARTIES = 3

@@ -276,7 +276,7 @@ def tune(
     """The cheapest plan for `model` on the calibration rows `x` (labels `y`) within `budget`.
 
     `model`: a torch module, or an `mpcml.graph.hf.SequenceModel` whose rows `x` are token ids
-    (rows x sequence) or token rows as a party shares them (`sequence_ops.token_rows`); a
+    (rows x sequence) or token rows as a party shares them (`tokens.token_rows`); a
     language model's logits are scored as next-token predictions, against the plaintext
     model's own without labels.
 
@@ -301,7 +301,7 @@ def tune(
             dim = int(decode_attrs(node).get("dim", -1))
             ranges[node.name] = NodeRange(node.name, OP_FUNCTIONS[node.op], dim)
     if isinstance(model, SequenceModel) and torch.as_tensor(x).dim() == 2:  # token ids
-        from mpcml.graph.sequence_ops import token_rows, token_vocab
+        from mpcml.graph.tokens import token_rows, token_vocab
 
         vocab = token_vocab(graph)
         assert vocab is not None

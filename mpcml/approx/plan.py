@@ -84,11 +84,12 @@ def resolve(plan: jpb.ApproximationPlan, graph: gpb.Graph) -> dict[str, Choice]:
                 f"the approximation plan names node {name!r}, a {node.op}: only "
                 f"{', '.join(OP_FUNCTIONS)} nodes have approximations"
             )
+    named = sorted(set(OP_NAMES.values()))
     for op in plan.ops:
-        if op not in OP_FUNCTIONS:
+        if op not in OP_FUNCTIONS and op not in named:
             raise PlanError(
-                f"the approximation plan names op {op!r}: only {', '.join(OP_FUNCTIONS)} "
-                "have approximations"
+                f"the approximation plan names op {op!r}: only {', '.join(named)} (or their "
+                f"ATen ops, {', '.join(OP_FUNCTIONS)}) have approximations"
             )
     out: dict[str, Choice] = {}
     for node in graph.nodes:

@@ -337,12 +337,6 @@ FUNCTIONS = tuple(SPECS)
 """The non-linear functions the registry covers."""
 
 OP_FUNCTIONS = {
-    "Sigmoid": "sigmoid",
-    "Tanh": "tanh",
-    "Softmax": "softmax",
-    "GELU": "gelu",
-    "SiLU": "silu",
-    "LayerNorm": "rsqrt",
     "aten.sigmoid.default": "sigmoid",
     "aten.tanh.default": "tanh",
     "aten.gelu.default": "gelu",
@@ -351,8 +345,8 @@ OP_FUNCTIONS = {
     "aten.rsqrt.default": "rsqrt",
     "aten.native_layer_norm.default": "rsqrt",
 }
-"""Graph ops (`mpcml.graph.ops`, and the core ATen ops of `mpcml.graph.aten`) computed by one
-of the registry's functions (a layer norm's is inside it: the inverse square root of its
+"""The core ATen ops of a graph (`mpcml.graph.aten`) computed by one of the registry's
+functions (a layer norm's is inside it: the inverse square root of its
 variance)."""
 
 

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from mpcml.graph.hf import trace as trace_sequence
     from mpcml.graph.init import initial_state, model_initial_state
     from mpcml.graph.ops import GraphError
-    from mpcml.graph.sequence_ops import token_rows
+    from mpcml.graph.tokens import token_rows
 
     model, weights = model_of(args.jobfile)
     sequence = isinstance(model, SequenceModel)

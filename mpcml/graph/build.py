@@ -8,27 +8,14 @@ from typing import Any
 
 import torch
 
-from mpcml.approx.implementations import apply
 from mpcml.approx.plan import Choice
 from mpcml.graph.aten import PARAMETER
-from mpcml.graph.ops import SPECS, GraphError, crypten_nn, decode_attrs, validate
+from mpcml.graph.ops import CONSTANT, GraphError, crypten_nn, decode_attrs, validate
 from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
 from mpcml.runtime import profile
 
-
-def approximated(choice: Choice, dim: int = -1) -> Any:
-    """A crypten.nn module computing a node's function by the plan's implementation."""
-
-    class _Approximated(crypten_nn().Module):  # type: ignore[misc]
-        def forward(self, x: Any) -> Any:
-            return apply(choice.function, choice.implementation, x, choice.knobs, dim)
-
-    _Approximated.__name__ = f"{choice.function}_{choice.implementation}"
-    return _Approximated()
-
-
-_UNMEASURED = frozenset({PARAMETER, "Constant"})
+_UNMEASURED = frozenset({PARAMETER, CONSTANT})
 """Nodes that only hand out a tensor: not in the job's cost profile."""
 
 
@@ -62,13 +49,13 @@ def ordered_graph(graph: pb.Graph, output: str) -> Any:
 
 
 def _captured(node: pb.Node, attrs: dict[str, Any], choice: Choice | None) -> Any:
-    """The module of a node of a captured (core ATen) graph."""
+    """The module of one node."""
     from mpcml.graph import aten_lower
 
     if node.op == PARAMETER:
         p = node.parameters[0]
         return aten_lower.parameter(p.name, list(p.shape), p.buffer)
-    if node.op == "Constant":
+    if node.op == CONSTANT:
         shape = tuple(int(d) for d in attrs["shape"])
         value = torch.tensor(attrs["values"], dtype=torch.float32).reshape(shape)
         return aten_lower.constant(value)
@@ -86,20 +73,7 @@ def build(graph: pb.Graph, choices: Mapping[str, Choice] | None = None) -> Any:
     for node in graph.nodes:
         attrs = decode_attrs(node)
         choice = (choices or {}).get(node.name)
-        if graph.op_table:
-            module.add_module(node.name, _captured(node, attrs, choice), list(node.inputs))
-            continue
-        spec = SPECS[node.op]
-        try:
-            if choice is not None and spec.interior is not None:
-                op_module = spec.interior(attrs, choice)
-            elif choice is not None and not choice.is_crypten:
-                op_module = approximated(choice, int(attrs.get("dim", -1)))
-            else:
-                op_module = spec.build(attrs)
-        except KeyError as exc:
-            raise GraphError(f"node {node.name!r}: {node.op} needs the setting {exc}") from None
-        module.add_module(node.name, op_module, list(node.inputs))
+        module.add_module(node.name, _captured(node, attrs, choice), list(node.inputs))
     return module
 
 

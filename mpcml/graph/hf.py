@@ -33,9 +33,11 @@ CLASSES = (
     "DistilBertForSequenceClassification",
     "GPT2Model",
     "GPT2LMHeadModel",
+    "GPT2ForSequenceClassification",
 )
-"""The model classes a job may name: encoders with a classification head and decoders with
-next-token logits. Each traces at a fixed sequence length without padding-dependent pooling."""
+"""The model classes a job may name: encoders with a classification head, decoders with
+next-token logits or a classification head on their last token. Each is captured at a fixed
+sequence length."""
 _GELU_FORMS = {
     "GELUActivation": "none",
     "NewGELUActivation": "tanh",
@@ -153,7 +155,7 @@ class SequenceModel:
 
 
 class _TokenRows(torch.nn.Module):
-    """The user's model on token rows as a party shares them (`sequence_ops.token_rows`).
+    """The user's model on token rows as a party shares them (`tokens.token_rows`).
 
     The ids arrive one-hot, so the word embedding is their product with its weight. Positions
     and token types follow the sequence length only: they are public, given for one row (the
@@ -182,15 +184,31 @@ class _TokenRows(torch.nn.Module):
             extra["position_ids"] = (torch.arange(sequence) + self.first).unsqueeze(0)
         if self.types:
             extra["token_type_ids"] = torch.zeros((1, sequence), dtype=torch.long)
+        mask = rows[..., self.vocab]
         if self.masked:
-            mask = rows[..., self.vocab]
             if self.decoder:  # causal, 4D and additive, as `create_causal_mask` makes it
                 causal = torch.ones(sequence, sequence).tril()
                 keep = causal[None, None] * mask[:, None, None, :]
-                mask = (1.0 - keep) * torch.finfo(embeds.dtype).min
-            extra["attention_mask"] = mask
+                extra["attention_mask"] = (1.0 - keep) * torch.finfo(embeds.dtype).min
+            else:
+                extra["attention_mask"] = mask
+        if type(self.model).__name__ == "GPT2ForSequenceClassification":
+            return self._last_token(embeds, mask, extra)
         out = self.model(inputs_embeds=embeds, return_dict=False, **extra)
         return out[0]  # type: ignore[no-any-return]
+
+    def _last_token(self, embeds: torch.Tensor, mask: torch.Tensor, extra: Any) -> torch.Tensor:
+        """GPT-2's classification: the logits of each row's last real token.
+
+        Hugging Face finds it from the ids (the last that is not the pad token), which are
+        secret here; for rows padded on the right it is the last position whose mask is 1:
+        m[j] - m[j + 1] is 1 there and 0 elsewhere, and the pooled logits are a product with it.
+        """
+        hidden = self.model.transformer(inputs_embeds=embeds, return_dict=False, **extra)[0]
+        logits: torch.Tensor = self.model.score(hidden)
+        following = torch.nn.functional.pad(mask[:, 1:], (0, 1))
+        last = (mask - following).unsqueeze(-1)
+        return (logits * last).sum(1)
 
 
 def trace(model: SequenceModel) -> pb.Graph:

@@ -20,24 +20,7 @@ def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
     Weights and biases are uniform in +-1/sqrt(fan_in) (torch's default bound for Linear and
     Conv2d); batch norm starts at the identity.
     """
-    generator = torch.Generator().manual_seed(seed)
-    state: dict[str, torch.Tensor] = {}
-    if graph.op_table:
-        return _captured(graph, generator)
-    for node in graph.nodes:
-        shapes = {p.name: list(p.shape) for p in node.parameters}
-        weight = shapes.get("weight", [])
-        fan_in = math.prod(weight[1:]) if len(weight) > 1 else 1
-        bound = 1.0 / math.sqrt(max(fan_in, 1))
-        for p in node.parameters:
-            key = parameter_key(node.module, p.name)
-            shape = list(p.shape)
-            if node.op.startswith("BatchNorm"):
-                ones = p.name in ("weight", "running_var")
-                state[key] = torch.ones(shape) if ones else torch.zeros(shape)
-            else:
-                state[key] = (torch.rand(shape, generator=generator) * 2 - 1) * bound
-    return state
+    return _captured(graph, torch.Generator().manual_seed(seed))
 
 
 _NORMS = {
@@ -48,7 +31,7 @@ _ONES = {"weight", "running_var"}
 
 
 def _captured(graph: pb.Graph, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """The same rule for a captured graph's Parameter nodes: a norm's by the argument it is."""
+    """The rule for each Parameter node: a norm's weight, bias or statistic by its argument."""
     from mpcml.graph.aten import OPS, PARAMETER, tensor_args
 
     roles: dict[str, str] = {}

@@ -15,8 +15,8 @@ from mpcml.errors import MpcmlError
 from mpcml.graph.ops import GraphError
 from mpcml.graph.ops import validate as check_graph
 from mpcml.graph.opspec import parameter_key
-from mpcml.graph.sequence_ops import input_shape
 from mpcml.graph.shapes import infer_shapes
+from mpcml.graph.tokens import input_shape
 from mpcml.jobs.spec import COORDINATOR, RoundPlan, parties_in_order, round_plan
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mpcml.graph.ops import GraphError
-from mpcml.graph.sequence_ops import token_rows, token_vocab
+from mpcml.graph.tokens import token_rows, token_vocab
 from mpcml.party import catalogue
 from mpcml.party.catalogue import DataError
 from mpcml.party.config import PartyConfig

@@ -105,7 +105,7 @@ def test_a_plan_resolves_per_node_with_op_defaults_and_refuses_what_the_model_la
     assert choices["_softmax"].implementation == "bounded"
     cases: list[tuple[dict[str, Any], str]] = [
         ({"nodes": {"_9": {}}}, "names node '_9', which the model lacks"),
-        ({"nodes": {"addmm": {}}}, "a aten.addmm.default: only Sigmoid, Tanh, Softmax, GELU"),
+        ({"nodes": {"addmm": {}}}, "a aten.addmm.default: only aten.sigmoid.default"),
         ({"ops": {"ReLU": {}}}, "names op 'ReLU'"),
         ({"source": "magic"}, "source 'magic' is not one of"),
         (

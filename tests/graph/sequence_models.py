@@ -11,7 +11,7 @@ from torch import nn
 
 from mpcml.graph import hf
 from mpcml.graph.capture import capture_tokens
-from mpcml.graph.sequence_ops import token_rows
+from mpcml.graph.tokens import token_rows
 from mpcml.proto.v1 import graph_pb2 as pb
 
 VOCAB = 40
@@ -72,6 +72,19 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
             "initializer_range": 0.3,
         },
     ),
+    "gpt2-classifier": (
+        "GPT2ForSequenceClassification",
+        {
+            "vocab_size": VOCAB,
+            "n_embd": 64,
+            "n_layer": 2,
+            "n_head": 2,
+            "n_positions": 32,
+            "initializer_range": 0.3,
+            "num_labels": 3,
+            "pad_token_id": 0,
+        },
+    ),
 }
 
 
@@ -91,7 +104,7 @@ def transformer(name: str) -> hf.SequenceModel:
     """The seeded model `name` (a key of CONFIGS) at SEQUENCE tokens."""
     cls, config = CONFIGS[name]
     model = hf.from_config(cls, config, seed=3)
-    if name == "gpt2":  # its first LayerNorm sees wte + wpe alone: keep it clear of 0.1
+    if name.startswith("gpt2"):  # its first LayerNorm sees wte + wpe alone: keep it clear of 0.1
         with torch.no_grad():
             model.transformer.wpe.weight.mul_(2.0)
     return hf.SequenceModel(model, SEQUENCE)
@@ -119,7 +132,7 @@ def model_tokens(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The tokens the tests give model `name`: one row padded on the right (GPT-2's too: its
     padding mask joins its causal mask), with RoBERTa's pad token for RoBERTa."""
-    pad = CONFIGS["roberta"][1]["pad_token_id"] if name == "roberta" else None
+    pad = CONFIGS[name][1].get("pad_token_id") if name in ("roberta", "gpt2-classifier") else None
     return tokens(seed, rows, True if padded is None else padded, pad)
 
 

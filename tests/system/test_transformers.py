@@ -23,7 +23,7 @@ from mpcml.demo import sentiment
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 from mpcml.demo.run import predictions
 from mpcml.graph import hf
-from mpcml.graph.sequence_ops import token_rows
+from mpcml.graph.tokens import token_rows
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.graph import sequence_models as sm
 from tests.graph.test_sequence import ERRORS, TUNED_ERRORS
