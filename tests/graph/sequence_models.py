@@ -72,20 +72,11 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
             "initializer_range": 0.3,
         },
     ),
-    "gpt2-classifier": (
-        "GPT2ForSequenceClassification",
-        {
-            "vocab_size": VOCAB,
-            "n_embd": 64,
-            "n_layer": 2,
-            "n_head": 2,
-            "n_positions": 32,
-            "initializer_range": 0.3,
-            "num_labels": 3,
-            "pad_token_id": 0,
-        },
-    ),
 }
+CONFIGS["gpt2-classifier"] = (
+    "GPT2ForSequenceClassification",
+    {**CONFIGS["gpt2"][1], "num_labels": 3, "pad_token_id": 0},
+)
 
 
 def ordinary(name: str) -> Any:
