@@ -100,7 +100,34 @@ def apply() -> None:
     _exact_decode()
     _three_party_a2b()
     _empty_shells()
+    _differentiable_inv_sqrt()
     _applied = True
+
+
+def _differentiable_inv_sqrt() -> None:
+    """Give CrypTen's inv_sqrt a gradient: d x^-1/2 = -x^-3/2 / 2.
+
+    It has none, and its Newton steps update in place, which CrypTen's autograd refuses: a
+    training job through a layer norm (a transformer's last layer fine-tuned) failed with
+    "Autograd is not supported for in-place functions".
+    """
+    from crypten import gradients
+
+    if gradients.get_grad_fn("inv_sqrt") is not None:
+        return
+
+    @gradients.register_function("inv_sqrt")
+    class _InvSqrt(gradients.AutogradFunction):  # type: ignore[misc]
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            y = x.inv_sqrt()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, grad_output: Any) -> Any:
+            (y,) = ctx.saved_tensors
+            return grad_output.mul(y.square().mul(y)).mul(-0.5)
 
 
 class _Reads:

@@ -31,7 +31,7 @@ from tests.graph.test_sequence import ERRORS, TUNED_ERRORS
 pytestmark = pytest.mark.system
 
 ROWS = 8
-FT_ROWS, FT_BATCH, FT_EPOCHS, FT_LR = 32, 8, 2, 0.5
+FT_ROWS, FT_BATCH, FT_EPOCHS, FT_LR = 32, 8, 2, 0.1
 
 
 def _fine_tune_model() -> hf.SequenceModel:
@@ -218,9 +218,14 @@ def test_token_ids_outside_the_vocabulary_fail_the_job_naming_the_dataset(client
     assert "dataset 'bad-tokens'" in status.reason and "integers 0..39" in status.reason
 
 
-def test_fine_tuning_the_classification_head_matches_plaintext(client: Client) -> None:
-    """Secure training of a BERT's classifier only (the encoder stays fixed) from bob's
-    weights on alice's labelled reviews, against the same steps in plaintext PyTorch."""
+FT_TRAINABLE = ("classifier", "bert.pooler", "bert.encoder.layer.1")
+"""The head and the last layer (of two): gradients through its attention, softmax, layer
+norms and GELU; the first layer and the embeddings stay fixed."""
+
+
+def test_fine_tuning_the_head_and_last_layer_matches_plaintext(client: Client) -> None:
+    """Secure training of a BERT's classifier, pooler and last encoder layer (the rest fixed)
+    from bob's weights on alice's labelled reviews, against the same steps in plaintext."""
     model = _fine_tune_model()
     handle = client.submit(
         Job.train(
@@ -233,7 +238,7 @@ def test_fine_tuning_the_classification_head_matches_plaintext(client: Client) -
             epochs=FT_EPOCHS,
             lr=FT_LR,
             batch_size=FT_BATCH,
-            trainable=["classifier"],
+            trainable=list(FT_TRAINABLE),
             reveal={"weights": ["bob"]},
         )
     )
@@ -245,7 +250,7 @@ def test_fine_tuning_the_classification_head_matches_plaintext(client: Client) -
     plain = model.model
     initial = {k: v.clone() for k, v in plain.state_dict().items()}
     for name, parameter in plain.named_parameters():
-        parameter.requires_grad = name.startswith("classifier.")
+        parameter.requires_grad = name.startswith(tuple(f"{m}." for m in FT_TRAINABLE))
     optimiser = torch.optim.SGD([p for p in plain.parameters() if p.requires_grad], lr=FT_LR)
     ids, mask = sm.tokens(seed=6, rows=FT_ROWS)
     labels = torch.from_numpy(_fine_tune_labels(ids))
@@ -261,9 +266,21 @@ def test_fine_tuning_the_classification_head_matches_plaintext(client: Client) -
             loss.backward()  # type: ignore[no-untyped-call]
             optimiser.step()
     trained = plain.state_dict()
-    for key in ("classifier.weight", "classifier.bias"):
+    # Each trained tensor moves as in plaintext: the same direction (cosine of the two updates)
+    # and nearly as far. Gradients on shares are within about 2% of torch's (CrypTen's GELU,
+    # softmax and rsqrt approximations), and eight steps compound that: measured cosines
+    # 0.89-0.996 and differences up to 0.034 over two runs (lr 0.1; at 0.5 the runs diverge).
+    for key in [k for k in trained if k.startswith(tuple(f"{m}." for m in FT_TRAINABLE))]:
+        want, got = (trained[key] - initial[key]).flatten(), (secure[key] - initial[key]).flatten()
+        if float(want.abs().max()) < 0.01:
+            continue  # (a key bias: its gradient is zero, as softmax ignores a shift)
+        cosine = float(torch.nn.functional.cosine_similarity(want, got, dim=0))
+        error = float((got - want).abs().max())
+        assert cosine > 0.85 and error < 0.06, f"{key}: cosine {cosine:.3f}, error {error:.4f}"
+    for key in ("classifier.weight", "bert.encoder.layer.1.output.dense.weight"):
         assert not torch.allclose(trained[key], initial[key]), f"{key} did not train"
-        error = float((secure[key] - trained[key]).abs().max())
-        assert error < 0.02, f"{key}: secure and plaintext differ by {error:.4f}"
-    for key in ("bert.pooler.dense.weight", "bert.encoder.layer.0.output.dense.weight"):
+    for key in (
+        "bert.embeddings.word_embeddings.weight",
+        "bert.encoder.layer.0.output.dense.weight",
+    ):
         assert float((secure[key] - initial[key]).abs().max()) < 1e-3, f"{key} moved"
