@@ -141,8 +141,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
 class SequenceModel:
     """A Hugging Face model to run on token sequences of a fixed length.
 
-    `inputs`: the model's arguments the token dataset provides: "input_ids", and for encoders
-    "attention_mask" (the dataset's mask, or ones without one).
+    `inputs`: the model's arguments the token dataset provides: "input_ids", and by default
+    "attention_mask" too (the dataset's mask, or ones without one), for every family.
     """
 
     model: Any
@@ -150,7 +150,7 @@ class SequenceModel:
     inputs: tuple[str, ...] = field(default=())
 
     def names(self) -> tuple[str, ...]:
-        """The inputs, by default those of the model's family."""
+        """The inputs: both unless named."""
         return self.inputs or ("input_ids", "attention_mask")
 
 
