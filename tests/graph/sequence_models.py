@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,16 @@ def transformer(name: str) -> hf.SequenceModel:
         with torch.no_grad():
             model.transformer.wpe.weight.mul_(2.0)
     return hf.SequenceModel(model, SEQUENCE)
+
+
+@functools.cache
+def _graph_bytes(name: str) -> bytes:
+    return hf.trace(transformer(name)).SerializeToString()
+
+
+def graph(name: str) -> pb.Graph:
+    """The graph of `transformer(name)`, captured once per process (a capture takes seconds)."""
+    return pb.Graph.FromString(_graph_bytes(name))
 
 
 def tokens(
