@@ -1,9 +1,10 @@
 """Transformers as graphs: capturing Hugging Face models, and running them under MPC.
 
 The fast tests check the capture against the model in plaintext (`graph.plain`) and that
-what cannot be lowered is refused by name. The system tests run the graphs in 2- and 3-party
+what cannot be captured is refused by name. The system tests run the graphs in 2- and 3-party
 sessions (real processes, the gRPC transport) and compare with the Hugging Face model: the
-largest logit error is bounded by ERRORS, with CrypTen's approximations and with a tuned plan.
+largest logit error is bounded by ERRORS with CrypTen's approximations (TUNED_ERRORS with a
+tuned plan, through the daemons: tests/system/test_transformers.py).
 """
 
 from __future__ import annotations
