@@ -165,6 +165,14 @@ OPS: dict[str, AtenOp] = {
 }
 """Every supported core ATen op, by name."""
 
+
+def whole_power(exponent: float) -> int:
+    """The exponent of `pow` as the int CrypTen computes with; GraphError if it is not whole."""
+    if exponent != int(exponent) or exponent < 0:
+        raise GraphError(f"a secret value to the power {exponent}: only whole powers are computed")
+    return int(exponent)
+
+
 PUBLIC_ARGS = {"index": "long", "indices": "long", "condition": "bool"}
 """Arguments that must be public, and the type their (float) Constant is read as."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from mpcml.graph.aten import ABSENT, OPS, PARAMETER, PUBLIC_ARGS, bind
-from mpcml.graph.ops import GraphError, decode_attrs
+from mpcml.graph.ops import CONSTANT, GraphError, decode_attrs
 from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
 
@@ -53,7 +53,7 @@ def run(
                 raise GraphError(f"the weights have no {key(node)!r} for node {node.name!r}")
             values[node.name] = value.to(x.device, torch.float32)
             continue
-        if node.op == "Constant":
+        if node.op == CONSTANT:
             shape = tuple(int(d) for d in attrs["shape"])
             values[node.name] = (
                 torch.tensor(attrs["values"], dtype=torch.float32).reshape(shape).to(x.device)

@@ -14,7 +14,7 @@ import torch
 
 from mpcml.approx.implementations import apply
 from mpcml.approx.plan import Choice
-from mpcml.graph.aten import ABSENT, OPS, PARAMETER, PUBLIC_ARGS, bind
+from mpcml.graph.aten import ABSENT, OPS, PARAMETER, PUBLIC_ARGS, bind, whole_power
 from mpcml.graph.opspec import GraphError, crypten_nn
 
 Args = dict[str, Any]
@@ -108,10 +108,7 @@ def _where(a: Args, m: Any) -> Any:
 
 
 def _pow(a: Args, m: Any) -> Any:
-    exponent = float(a["exponent"])
-    if exponent != int(exponent) or exponent < 0:
-        raise GraphError(f"a secret value to the power {exponent}: only whole powers are computed")
-    return a["self"].pow(int(exponent))
+    return a["self"].pow(whole_power(float(a["exponent"])))
 
 
 def _embedding(a: Args, m: Any) -> Any:

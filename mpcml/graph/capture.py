@@ -31,8 +31,16 @@ from typing import Any, cast
 import torch
 import torch.fx
 
-from mpcml.graph.aten import BATCH_SUFFIX, OPS, PARAMETER, PUBLIC_ARGS, TABLE_VERSION, AtenOp
-from mpcml.graph.ops import GRAPH_VERSION, GraphError, encode_attr
+from mpcml.graph.aten import (
+    BATCH_SUFFIX,
+    OPS,
+    PARAMETER,
+    PUBLIC_ARGS,
+    TABLE_VERSION,
+    AtenOp,
+    whole_power,
+)
+from mpcml.graph.ops import CONSTANT, GRAPH_VERSION, GraphError, encode_attr
 from mpcml.proto.v1 import graph_pb2 as pb
 
 _EXPORTING = threading.Lock()
@@ -369,7 +377,7 @@ class _Capture:
             )
         flat = tensor.detach().double().reshape(-1)
         flat = flat.clamp(-MASK_VALUE, MASK_VALUE).where(flat.abs() >= HUGE, flat)
-        node = pb.Node(name=f"{value.name}_constant", op="Constant")
+        node = pb.Node(name=f"{value.name}_constant", op=CONSTANT)
         node.attrs["shape"].CopyFrom(pb.Attr(ints=pb.IntList(values=list(tensor.shape))))
         node.attrs["values"].CopyFrom(pb.Attr(floats=pb.FloatList(values=flat.tolist())))
         self.graph.nodes.append(node)
@@ -427,9 +435,10 @@ class _Capture:
             if tuple(self.values[n.name].shape) != tuple(source.shape) or bound["storage_offset"]:
                 raise GraphError(f"as_strided that changes the shape is not supported ({where(n)})")
         if op.name == "aten.pow.Tensor_Scalar":
-            exponent = float(bound["exponent"])
-            if exponent != int(exponent) or exponent < 0:
-                raise GraphError(f"a power {exponent} of a secret value ({where(n)}): only whole")
+            try:
+                whole_power(float(bound["exponent"]))
+            except GraphError as exc:
+                raise GraphError(f"{exc} ({where(n)})") from None
         if op.name == "aten.convolution.default" and bound["transposed"]:
             raise GraphError(f"transposed convolution is not supported ({where(n)})")
         self._append(n, node)

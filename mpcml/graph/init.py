@@ -10,18 +10,9 @@ import math
 
 import torch
 
+from mpcml.graph.aten import OPS, PARAMETER, tensor_args
 from mpcml.graph.opspec import parameter_key
 from mpcml.proto.v1 import graph_pb2 as pb
-
-
-def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
-    """A state_dict for `graph`, the same for every caller with the same seed.
-
-    Weights and biases are uniform in +-1/sqrt(fan_in) (torch's default bound for Linear and
-    Conv2d); batch norm starts at the identity.
-    """
-    return _captured(graph, torch.Generator().manual_seed(seed))
-
 
 _NORMS = {
     "aten.native_layer_norm.default",
@@ -30,11 +21,15 @@ _NORMS = {
 _ONES = {"weight", "running_var"}
 
 
-def _captured(graph: pb.Graph, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """The rule for each Parameter node: a norm's weight, bias or statistic by its argument."""
-    from mpcml.graph.aten import OPS, PARAMETER, tensor_args
+def initial_state(graph: pb.Graph, seed: int) -> dict[str, torch.Tensor]:
+    """A state_dict for `graph`, the same for every caller with the same seed.
 
+    Weights and biases are uniform in +-1/sqrt(fan_in) (torch's default bound for Linear and
+    Conv2d); batch norm starts at the identity.
+    """
+    generator = torch.Generator().manual_seed(seed)
     roles: dict[str, str] = {}
+    """Parameter node -> the argument of a norm it is (weight, bias, running_var, ...)."""
     for node in graph.nodes:
         if node.op not in _NORMS:
             continue

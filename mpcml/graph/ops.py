@@ -8,6 +8,7 @@ graph arrives (`validate`). Nothing here imports torch: the coordinator checks g
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mpcml.graph import aten
@@ -63,10 +64,7 @@ def _check_constant(node: pb.Node) -> None:
             "values only"
         )
     shape = list(node.attrs["shape"].ints.values)
-    count = 1
-    for d in shape:
-        count *= d
-    if any(d < 0 for d in shape) or count != len(node.attrs["values"].floats.values):
+    if any(d < 0 for d in shape) or math.prod(shape) != len(node.attrs["values"].floats.values):
         raise GraphError(
             f"node {node.name!r}: a Constant of shape {shape} holds "
             f"{len(node.attrs['values'].floats.values)} values"
