@@ -7,7 +7,8 @@ CrypTen's approximations and with the tuner's plan (budget: 1 point of accuracy,
 rows of its own). Per row: seconds (the slowest party, barrier to barrier), CrypTen's
 communication rounds, MiB each party sent (with what it took from the dealer), peak resident
 memory per party, the largest logit error against the Hugging Face model in plaintext, and the
-share of predictions (argmax) that agree with it.
+share of predictions (argmax) that agree with it. Under each row, where party 0's time went: the
+five costliest ops (`mpcml.runtime.profile`), with their share of the seconds, rounds and MiB.
 
 Weights are random (seeded): the published figures printed after the table are for trained
 models on other hardware (their papers' set-ups), for scale only. Target: tuned at least 2x
@@ -167,6 +168,7 @@ def run_model(tmp: Path, pki: dict[str, dict[str, str]], model: Model, plan: str
         "agreement": float(agree),
         "prepare_seconds": prepared,
         "predicted_ratio": (tuned_x.crypten_seconds / tuned_x.seconds) if tuned_x else None,
+        "ops": parties[0]["ops"],
     }
 
 
@@ -181,6 +183,7 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
     from mpcml.graph.build import build, load_weights
     from mpcml.proto.v1 import graph_pb2 as gpb
     from mpcml.proto.v1 import job_pb2 as jpb
+    from mpcml.runtime import profile
 
     graph = gpb.Graph.FromString(Path(spec["graph"]).read_bytes())
     plan = jpb.ApproximationPlan()
@@ -199,11 +202,24 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
     crypten.cfg.communicator.verbose = True
     before = session.communication_stats()
     comm.get().barrier()
+
+    def counters() -> tuple[int, int]:
+        stats = session.communication_stats()
+        return int(stats["bytes"] + stats["dealer_bytes"]), int(stats["rounds"])
+
+    costs = profile.start(counters)
     began = time.perf_counter()
     with crypten.no_grad():
         out = net(x)
     comm.get().barrier()
     seconds = time.perf_counter() - began
+    profile.stop()
+    by_op: dict[str, list[float]] = {}
+    for cost in costs.costs.values():
+        entry = by_op.setdefault(cost.op, [0.0, 0.0, 0.0])
+        entry[0] += cost.seconds
+        entry[1] += cost.rounds
+        entry[2] += cost.bytes
     after = session.communication_stats()
     plain = out.get_plain_text(dst=0)
     if spec["logits"]:
@@ -213,7 +229,18 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
         "rounds": after["rounds"] - before["rounds"],
         "bytes": after["bytes"] - before["bytes"] + after["dealer_bytes"] - before["dealer_bytes"],
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "ops": by_op,
     }
+
+
+def _where(ops: dict[str, list[float]], seconds: float, top: int = 5) -> str:
+    """Where party 0's time went: the costliest ops' share of the seconds, rounds and MiB."""
+    ranked = sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]
+    parts = [
+        f"{op.removeprefix('aten.')} {100 * s / seconds:.0f}% ({r:.0f} rounds, {b / MIB:.0f} MiB)"
+        for op, (s, r, b) in ranked
+    ]
+    return "time in: " + ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['agreement']:>6.3f}",
                     flush=True,
                 )
+                print(f"    {_where(r['ops'], r['seconds'])}")
             lost = base["agreement"] - r["agreement"] if base else 0.0
             verdict = "PASS" if ratio >= TARGET and lost <= 0.01 else "MISS"
             print(

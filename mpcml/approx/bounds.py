@@ -39,11 +39,12 @@ def sample(function: str, name: str, settings: Mapping[str, float]) -> torch.Ten
     if function != "softmax":
         return x
     # Each row: its largest entry is a point of the domain (within 4 of the shift for the
-    # bounded one); the others up to 8 below it.
+    # bounded one); the others up to 8 below it (the bounded one: down to its domain's floor).
     if name == "bounded":
         x = torch.linspace(hi - 4.0, hi, POINTS, dtype=torch.float64)
     top = x[: (POINTS // ROW) * ROW : ROW].unsqueeze(1)
-    spread = torch.linspace(0, -min(8.0, hi - lo), ROW, dtype=torch.float64)
+    reach = hi - lo if name == "bounded" else min(8.0, hi - lo)  # bounded: down to the floor
+    spread = torch.linspace(0, -reach, ROW, dtype=torch.float64)
     return (top + spread).clamp(min=lo)
 
 

@@ -62,9 +62,12 @@ def _convolution(a: Args, m: Any) -> Any:
     return out if a["bias"] is None else out.add(a["bias"].reshape(shape))
 
 
-PRODUCT_ELEMENTS = 1 << 24
-"""The most elements of a secret weight one Beaver product takes (the dealer serves tuples of
-at most 2^26): a bigger matrix is multiplied in column blocks, one more round each."""
+PRODUCT_ELEMENTS = 1 << 22
+"""The most elements of a secret weight one Beaver product takes: a bigger matrix is multiplied
+in blocks, one more product (two rounds) each, so that no party holds the whole triple (the
+dealer serves tuples of at most 2^26 elements). A tall one (a word embedding, whose inner
+dimension is the vocabulary) is cut along the inner dimension, and the left factor with it: the
+one-hot token rows are then never multiplied whole; a wide one in column blocks."""
 
 
 def _product(x: Any, w: Any) -> Any:
@@ -72,10 +75,19 @@ def _product(x: Any, w: Any) -> Any:
         return x.matmul(w)
     import crypten
 
-    width = max(1, PRODUCT_ELEMENTS // w.size(0))
+    inner, columns = w.size(0), w.size(1)
+    if inner >= columns:
+        height = max(1, PRODUCT_ELEMENTS // columns)
+        total = None
+        for start in range(0, inner, height):
+            rows = min(height, inner - start)
+            part = x.narrow(-1, start, rows).matmul(w.narrow(0, start, rows))
+            total = part if total is None else total.add(part)
+        return total
+    width = max(1, PRODUCT_ELEMENTS // inner)
     blocks = [
-        x.matmul(w.narrow(1, start, min(width, w.size(1) - start)))
-        for start in range(0, w.size(1), width)
+        x.matmul(w.narrow(1, start, min(width, columns - start)))
+        for start in range(0, columns, width)
     ]
     return crypten.cat(blocks, dim=-1)
 
