@@ -65,13 +65,17 @@ class NodeRange:
     def widened(self, margin: float = 0.1) -> tuple[float, float]:
         """The range with `margin` times its span (at least 0.5) on both sides.
 
-        An inverse square root's inputs (variances) are positive and span decades: its range
-        is widened by a factor, 1 + 2 margin, instead.
+        A softmax's span is that of its rows' largest inputs. An inverse square root's inputs
+        (variances) are positive and span decades: its range is widened by a factor, 1 + 2
+        margin, instead.
         """
         if self.function == "rsqrt":
             factor = 1 + 2 * margin
             return self.low / factor, self.high * factor
-        pad = max(margin * (self.high - self.low), 0.5)
+        span = self.high - self.low
+        if self.function == "softmax":  # what varies is the rows' largest inputs: those far
+            span = self.high - min(self.row_max_low, self.high)  # below (masked) count for 0
+        pad = max(margin * span, 0.5)
         return self.low - pad, self.high + pad
 
     def see(self, x: torch.Tensor) -> None:
