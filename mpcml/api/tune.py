@@ -253,6 +253,8 @@ def _free_knobs(
     elif name == "scaled":  # rsqrt: every even power of two; the domain check keeps those that fit
         for shift in range(-12, 13, 2):
             yield {"shift": float(shift)}
+    elif name == "range" and r.function == "rsqrt":  # the guess is fitted to the range
+        yield {"low": max(lo, 1e-4), "high": min(hi, 1e4)}
     elif name == "bounded":
         if hi - r.row_max_low <= 3.5:  # every row's largest input within 4 of the shift
             yield {"shift": hi}

@@ -137,6 +137,26 @@ def seeded_iterations(low: float, high: float) -> int:
     return math.ceil(math.log2(math.log(SEEDED_TOLERANCE) / math.log(error)))
 
 
+def rsqrt_guess(low: float, high: float) -> tuple[float, float]:
+    """(c0, c1) of the guess c0 - c1 x for 1/sqrt(x) on [low, high], least relative error.
+
+    sqrt(x) (c0 - c1 x) is equal at low and high, and as far above 1 at its peak, c0 / (3 c1),
+    as it is below 1 at the ends.
+    """
+    k = low + math.sqrt(low * high) + high
+    c1 = 2.0 / (math.sqrt(low) * (math.sqrt(low * high) + high) + (2 * k / 3) * math.sqrt(k / 3))
+    return c1 * k, c1
+
+
+def _rsqrt_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    c0, c1 = rsqrt_guess(k["low"], k["high"])
+    y = x.mul(-c1).add(c0)
+    for _ in range(int(k["iterations"])):  # y (3 - x y^2) / 2 = 1.5 y - 0.5 (x y) y^2
+        xy, yy = products([x, y], [y, y])
+        y = y.mul(1.5).sub(xy.mul(yy).mul(0.5))
+    return y
+
+
 def _reciprocal_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
     return _over_range(None, x, k)
 
@@ -158,10 +178,10 @@ def _over_range(numerator: Any, x: Any, k: Mapping[str, float]) -> Any:
     if numerator is None:
         z, xy = y, y.mul(x)
     else:
-        z, xy = _products([numerator, x], [y.expand(numerator.size()), y])
+        z, xy = products([numerator, x], [y.expand(numerator.size()), y])
     e = xy.neg().add(1)
     for _ in range(n - 1):
-        z, e = _products([z, e], [e.add(1).expand(z.size()), e])
+        z, e = products([z, e], [e.add(1).expand(z.size()), e])
     return z.mul(e.add(1).expand(z.size()))
 
 
@@ -174,7 +194,7 @@ def _sigmoid_range(x: Any, k: Mapping[str, float], dim: int) -> Any:
     return p.add(negative.mul(p.mul(-2).add(1)))  # 1 - p where x < 0
 
 
-def _products(lefts: list[Any], rights: list[Any]) -> list[Any]:
+def products(lefts: list[Any], rights: list[Any]) -> list[Any]:
     """The elementwise products of pairs of same-sized tensors, as one product (one round)."""
     flat = _cat([t.flatten() for t in lefts], 0).mul(_cat([t.flatten() for t in rights], 0))
     out, start = [], 0
@@ -297,6 +317,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ("rsqrt", "scaled"): lambda x, k, d: _rsqrt_newton(x.mul(2.0 ** k["shift"]), k, d).mul(
         2.0 ** (k["shift"] / 2)
     ),
+    ("rsqrt", "range"): _rsqrt_range,
     ("sigmoid", "crypten"): lambda x, k, d: x.sigmoid(),
     ("sigmoid", "poly"): _poly("sigmoid"),
     ("sigmoid", "seg3"): lambda x, k, d: x.div(8).add(0.5).hardtanh(0, 1),

@@ -208,6 +208,21 @@ for _spec in (
         scale="relative",
     ),
     Spec(
+        "rsqrt",
+        "range",
+        "Newton-Raphson from the best linear guess for inputs known to lie in [a, b] (a "
+        "LayerNorm's variance, from calibration): no exp for the guess; each iteration in two "
+        "rounds of products (x y and y^2 together, then their product), the relative error "
+        "going from e to about 1.5 e^2",
+        (
+            _iterations(2, 0, 4, "Newton-Raphson iterations"),
+            Knob("low", 1e-4, 1e4, 0.5, integer=False, structural=False, doc="a"),
+            Knob("high", 1e-4, 1e4, 2.0, integer=False, structural=False, doc="b"),
+        ),
+        domain=lambda k: (k["low"], k["high"]),
+        scale="relative",
+    ),
+    Spec(
         "sigmoid",
         "crypten",
         "CrypTen's 1 / (1 + e^-|x|) with the sign folded back (exp, reciprocal, a comparison)",

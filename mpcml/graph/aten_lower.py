@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from mpcml.approx.implementations import apply
+from mpcml.approx.implementations import apply, products
 from mpcml.approx.plan import Choice
 from mpcml.graph.aten import ABSENT, OPS, PARAMETER, PUBLIC_ARGS, bind, whole_power
 from mpcml.graph.opspec import GraphError, crypten_nn
@@ -154,12 +154,18 @@ def _layer_norm(a: Args, m: Any) -> Any:
     for _ in range(dims - 1):  # normalise over the last `dims` dimensions as one
         x = x.flatten(-2)
     centred = x.sub(x.mean(-1, keepdim=True))
-    variance = centred.square().mean(-1, keepdim=True).add(float(a["eps"]))
+    weight = a["weight"]
+    if _secret(weight):  # its product with the centred values rides with their square
+        scale = weight.reshape(-1).add(torch.zeros(centred.size()))  # expand has no gradient
+        square, centred = products([centred, centred], [centred, scale])
+    else:
+        square = centred.square()
+        if weight is not None:
+            centred = centred.mul(weight.reshape(-1))
+    variance = square.mean(-1, keepdim=True).add(float(a["eps"]))
     choice: Choice = m.choice
     out = centred.mul(apply("rsqrt", choice.implementation, variance, choice.knobs))
     out = out.reshape(a["input"].size())
-    if a["weight"] is not None:
-        out = out.mul(a["weight"])
     return out if a["bias"] is None else out.add(a["bias"])
 
 

@@ -10,6 +10,7 @@ max_concurrent_jobs = 1            # workers at once; slot s listens on data_add
 metrics_address = "127.0.0.1:9102" # optional: Prometheus metrics (mpcml/party/metrics.py)
 health_address = "0.0.0.0:7190"    # optional: grpc.health.v1, SERVING while attached
 torch_threads = 0                  # torch threads per job worker (0: one per core)
+network = ""                       # benchmarks only: emulate "delay=20ms,bandwidth=352mbit"
 [tls]
 ca = "certs/ca.pem"
 cert = "certs/alice.pem"
@@ -39,6 +40,7 @@ from mpcml import metrics
 from mpcml.party.policy import Policy
 from mpcml.runtime import devices
 from mpcml.transport.address import Address, parse
+from mpcml.transport.shaping import Shaping, ShapingError
 from mpcml.transport.tls import TLSFiles
 
 
@@ -84,6 +86,9 @@ class PartyConfig:
     torch_threads: int = 0
     """Threads each job worker's torch uses (0: torch's default, one per core). Parties that
     share a machine with each other want 1, or their workers contend for the cores."""
+    network: str = ""
+    """An emulated network on the job workers' inbound streams (`delay=20ms,bandwidth=352mbit`,
+    mpcml/transport/shaping.py), for benchmarks on one machine; empty: none."""
 
     @classmethod
     def load(cls, path: str | Path) -> PartyConfig:
@@ -118,6 +123,7 @@ class PartyConfig:
             metrics_address=metrics.address(data, base),
             health_address=str(data.get("health_address", "")),
             torch_threads=cfg.positive_int(data, "torch_threads", 0, base, minimum=0),
+            network=_network(str(data.get("network", "")), base),
         )
 
     def public_health_address(self) -> str:
@@ -157,3 +163,10 @@ def _dataset(name: str, entry: Any, base: Path) -> DatasetEntry:
         array=str(entry.get("array", "x")),
         mask=str(entry.get("mask", "")),
     )
+
+
+def _network(text: str, base: Path) -> str:
+    try:
+        return str(Shaping.parse(text)) if text.strip() else ""
+    except ShapingError as exc:
+        raise cfg.ConfigError(f"{exc}, in the config in {base}") from None

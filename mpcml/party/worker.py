@@ -155,6 +155,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             listen=port_offset(config.listen, start.slot),
             device=config.device,
             dealer=_dealer(start, config),
+            network=config.network or None,
         ) as s:
             traffic = s.traffic
             began = time.perf_counter()

@@ -37,6 +37,7 @@ from mpcml.transport.address import parse  # noqa: E402
 from mpcml.transport.communicator import GrpcCommunicator, PeerTraffic  # noqa: E402
 from mpcml.transport.errors import TransportError  # noqa: E402
 from mpcml.transport.link import PeerInfo  # noqa: E402
+from mpcml.transport.shaping import Shaping  # noqa: E402
 from mpcml.transport.tls import TLSFiles, check_certificate  # noqa: E402
 from mpcml.transport.transport import Transport  # noqa: E402
 
@@ -136,6 +137,7 @@ def session(
     device: str | torch.device | None = None,
     chunk_bytes: int = options.CHUNK_BYTES,
     dealer: DealerEndpoint | None = None,
+    network: Shaping | str | None = None,
 ) -> Iterator[Session]:
     """Run CrypTen as party `rank` of `world_size`, talking to the others only over gRPC.
 
@@ -150,6 +152,9 @@ def session(
 
     `device` ("cpu", "cuda" or "cuda:N") must exist here, or `DeviceError` says so; on CUDA,
     shares' matmuls and convolutions run as exact float64 block products (runtime/blocks.py).
+
+    `network` (a `Shaping` or its text, `delay=20ms,bandwidth=352mbit`) emulates a slower
+    network on this party's inbound streams, for benchmarks (mpcml/transport/shaping.py).
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
     # Before any connection: a party without its GPU fails alone, with the reason.
@@ -171,6 +176,9 @@ def session(
     if chunk_bytes < 1024:
         raise ValueError(f"chunk_bytes must be at least 1024, got {chunk_bytes}")
     infos = [PeerInfo(i, names[i], peers[i]) for i in range(world_size)]
+    shaping = Shaping.parse(network) if isinstance(network, str) else network
+    if shaping:
+        log.info("session %r emulates a network: %s", session_id, shaping)
     transport = Transport(
         rank=rank,
         peers=infos,
@@ -178,6 +186,7 @@ def session(
         tls=tls,
         listen=listen,
         chunk_bytes=chunk_bytes,
+        network=shaping,
     )
     transport.start(connect_timeout)
     original = crypten_comm.DistributedCommunicator

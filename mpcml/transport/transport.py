@@ -32,6 +32,7 @@ from mpcml.transport.inbox import Inbox
 from mpcml.transport.link import Link, PeerInfo, hello
 from mpcml.transport.server import DataPlaneServicer
 from mpcml.transport.serving import add_health_and_reflection, bind
+from mpcml.transport.shaping import EmulatedLink, Shaping
 from mpcml.transport.tls import TLSFiles, channel_credentials
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class Transport:
         tls: TLSFiles | None,
         listen: str | None = None,
         chunk_bytes: int = options.CHUNK_BYTES,
+        network: Shaping | None = None,
     ) -> None:
         self.rank = rank
         self.world_size = len(peers)
@@ -66,7 +68,12 @@ class Transport:
         self._listen = listen or self.me.address
         self._lock = threading.Lock()
         self._failure: TransportError | None = None
-        self._inboxes = {p.rank: Inbox(p.label()) for p in self.peers if p.rank != rank}
+        self.network = network or Shaping()
+        self._inboxes = {
+            p.rank: Inbox(p.label(), EmulatedLink(self.network) if self.network else None)
+            for p in self.peers
+            if p.rank != rank
+        }
         self._inbound_open = {r: threading.Event() for r in self._inboxes}
         self._inbound_done = {r: threading.Event() for r in self._inboxes}
         self._rejections: dict[int, str] = {}

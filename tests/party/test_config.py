@@ -41,3 +41,14 @@ def test_bad_devices_name_the_party_and_the_file(
     monkeypatch.setenv("MPCML_DEVICE", value)
     with pytest.raises(ConfigError, match=rf"party 'alice': device '{value}' is not .*alice"):
         PartyConfig.load(ALICE)
+
+
+def test_an_emulated_network_is_read_and_a_bad_one_shows_the_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert PartyConfig.load(ALICE).network == ""
+    monkeypatch.setenv("MPCML_NETWORK", "rtt=40ms,bandwidth=352mbit")
+    assert PartyConfig.load(ALICE).network == "delay=20ms,bandwidth=352mbit"
+    monkeypatch.setenv("MPCML_NETWORK", "delay=20")
+    with pytest.raises(ConfigError, match=r"delay=20ms.*in the config in"):
+        PartyConfig.load(ALICE)

@@ -341,3 +341,14 @@ def cuda_ops(s: mpcml.Session) -> dict[str, Any]:
     y = crypten.cryptensor(d["y"].cuda(), src=1)
     out = {"add": x + y, "mul": x * y, "matmul": x.matmul(y), "relu": x.relu(), "gt": x > y}
     return {name: t.get_plain_text().cpu() for name, t in out.items()}
+
+
+def timed_exchanges(s: mpcml.Session, exchanges: int, elements: int) -> dict[str, Any]:
+    """`exchanges` all-reduces of `elements` int64s in a row, timed; and their (checked) sum."""
+    c = comm.get()
+    c.barrier()
+    began = time.perf_counter()
+    total = torch.zeros(elements, dtype=torch.long)
+    for i in range(exchanges):
+        total += c.all_reduce(torch.full((elements,), s.rank + i, dtype=torch.long))
+    return {"seconds": time.perf_counter() - began, "total": total}
