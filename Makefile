@@ -68,14 +68,10 @@ $(SPU_STAMP):
 	$(SPU_VENV)/bin/python -m pip install -q "$(SPU_SPEC)"
 	touch $(SPU_STAMP)
 
+# Every benchmark, written to bench/REPORT.md with plots and bench/results.json (bench/report.py);
+# QUICK=1: the smallest workloads, on loopback and an emulated WAN, in about 10 minutes.
 bench: install $(SPU_STAMP)
-	$(PY) bench/transport.py
-	$(PY) bench/failure_detection.py
-	$(PY) bench/prg.py
-	$(PY) bench/load.py
-	$(PY) bench/train.py
-	$(PY) bench/transformers.py
-	$(PY) bench/models.py
+	$(PY) bench/report.py $(if $(QUICK),--quick)
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
 # and inference (`mpcml demo --help`; DEMO_ARGS="--json" for the JSON report).

@@ -127,6 +127,22 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_main(json_output=args.json, workdir=args.workdir, epochs=args.epochs)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    """bench/report.py of the source checkout this package runs from."""
+    import subprocess
+
+    report = Path(mpcml.__file__).resolve().parents[1] / "bench" / "report.py"
+    if not report.is_file():
+        print(
+            f"error: `mpcml bench` runs the benchmarks of a source checkout of mpcml, and "
+            f"{report} is not there: clone the repository and run `make bench`",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    command = [sys.executable, str(report), *(["--quick"] if args.quick else [])]
+    return subprocess.call([*command, *(["--only", *args.only] if args.only else [])])
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole command line."""
     p = argparse.ArgumentParser(prog="mpcml", description=DESCRIPTION)
@@ -188,6 +204,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--workdir", type=Path, help="keep certificates, state and logs here")
     c.add_argument("--epochs", type=int, default=None, help="training epochs (default 10)")
     c.set_defaults(run=_demo)
+
+    c = sub.add_parser(
+        "bench", help="every benchmark, written to bench/REPORT.md (a source checkout's)"
+    )
+    c.add_argument("--quick", action="store_true", help="the smallest workloads (~10 minutes)")
+    c.add_argument("--only", nargs="*", help="suites whose name starts with one of these")
+    c.set_defaults(run=_bench)
     return p
 
 

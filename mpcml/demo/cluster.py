@@ -52,8 +52,11 @@ class LocalCluster:
         coordinator_settings: Mapping[str, int | list[str]] | None = None,
         metrics: bool = False,
         log_format: str = "text",
+        network: str = "",
     ) -> None:
         self.workdir = workdir
+        self.network = network
+        """Every party's emulated network (`delay=20ms,bandwidth=352mbit`), for benchmarks."""
         self.parties = list(parties)
         self.parties_dir = parties_dir
         self.certs = workdir / "certs"
@@ -143,6 +146,7 @@ class LocalCluster:
             "MPCML_HEALTH_ADDRESS": self.health_addresses[party],
             # every party on one machine: one torch thread each, or their workers contend
             "MPCML_TORCH_THREADS": "1",
+            **({"MPCML_NETWORK": self.network} if self.network else {}),
         }
 
     def metrics_url(self, name: str) -> str:

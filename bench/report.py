@@ -1,0 +1,312 @@
+"""The benchmark report: every benchmark of bench/ in one run, written to bench/REPORT.md.
+
+`make bench` runs this (`make bench QUICK=1`: the smallest workloads, on LAN and WAN, within
+about 10 minutes on 2 cores). Each benchmark is its own script, run here as a subprocess
+exactly as the report says; those that write figures (`--json`) are also plotted. Written:
+`bench/REPORT.md` (each section: the command, its table as printed, its plots),
+`bench/report/*.png` (matplotlib) and `bench/results.json` (every figure, raw).
+
+The WAN rows run mpcml with the delay and bandwidth imposed by its own transport
+(mpcml/transport/shaping.py): these machines have no traffic shaping, and stock CrypTen's
+gloo path has no hook for one, so stock CrypTen appears on loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "bench"
+WAN = "rtt=40ms,bandwidth=352mbit"
+"""TF Encrypted's ABY3 setting: 40 ms round trip, 352 Mbit/s."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One benchmark run: a script of bench/ and its arguments."""
+
+    name: str
+    script: str
+    args: tuple[str, ...] = ()
+    figures: bool = False
+    """The script takes `--json FILE`."""
+    quick: bool = False
+    """Part of `make bench QUICK=1`."""
+
+    def command(self, quick: bool, smoke: bool = False) -> list[str]:
+        """The command line, as the report prints it."""
+        args = list(self.args)
+        if (quick or smoke) and self.script in ("train.py", "transformers.py"):
+            args += ["--only", "0"]  # logistic regression; small BERT
+        if smoke and self.script == "train.py" and "--variants" not in args:
+            args += ["--mpcml-only", "--variants", "fused"]
+        return ["python", f"bench/{self.script}", *args]
+
+
+SUITES = [
+    Suite("Training and inference, loopback (LAN)", "train.py", figures=True, quick=True),
+    Suite(
+        f"Training and inference, emulated WAN ({WAN})",
+        "train.py",
+        ("--network", WAN, "--variants", "fused"),
+        figures=True,
+        quick=True,
+    ),
+    Suite("Transformers, loopback", "transformers.py", figures=True, quick=True),
+    Suite("The data plane", "transport.py"),
+    Suite("Failure detection", "failure_detection.py"),
+    Suite("Share randomness (PRG)", "prg.py"),
+    Suite("Load", "load.py"),
+    Suite("Model zoo", "models.py"),
+]
+
+
+def run(suite: Suite, quick: bool, index: int, total: int, smoke: bool = False) -> dict[str, Any]:
+    """Run one suite; its printed table, its figures, its seconds."""
+    command = suite.command(quick, smoke)
+    print(f"[{index}/{total}] {suite.name}: {' '.join(command)}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="mpcml-report-") as tmp:
+        figures_file = Path(tmp) / "figures.json"
+        argv = [sys.executable, *command[1:]]
+        if suite.figures:
+            argv += ["--json", str(figures_file)]
+        began = time.monotonic()
+        process = subprocess.Popen(
+            argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        progress = _Progress(f"[{index}/{total}]", began)
+        out, err = process.communicate() if not sys.stderr.isatty() else progress.follow(process)
+        seconds = time.monotonic() - began
+        figures = json.loads(figures_file.read_text()) if figures_file.exists() else None
+    if process.returncode:
+        tail = "\n".join(err.strip().splitlines()[-20:])
+        print(f"  failed (exit {process.returncode}):\n{tail}", file=sys.stderr)
+    print(f"  done in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return {
+        "name": suite.name,
+        "command": " ".join(command),
+        "returncode": process.returncode,
+        "table": out.rstrip(),
+        "error": "" if not process.returncode else err.strip()[-4000:],
+        "figures": figures,
+        "seconds": seconds,
+    }
+
+
+class _Progress:
+    """A one-line progress display on a terminal: elapsed time and the script's last word."""
+
+    def __init__(self, label: str, began: float) -> None:
+        self.label, self.began = label, began
+
+    def follow(self, process: subprocess.Popen[str]) -> tuple[str, str]:
+        assert process.stderr is not None and process.stdout is not None
+        lines: list[str] = []
+        for line in process.stderr:
+            lines.append(line)
+            elapsed = time.monotonic() - self.began
+            print(f"\r{self.label} {elapsed:6.0f} s  {line.strip()[:60]:<60}", end="", flush=True)
+        print(file=sys.stderr)
+        return process.stdout.read(), "".join(lines)
+
+
+# --- plots ------------------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_training(lan: dict[str, Any], wan: dict[str, Any] | None, folder: Path) -> list[str]:
+    """Seconds per epoch per system (and mpcml on WAN), and mpcml's time by layer."""
+    plt = _pyplot()
+    written = []
+    tasks = lan["tasks"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    systems: list[tuple[str, Callable[[str], float | None]]] = [
+        ("stock CrypTen", lambda i: lan["stock"].get(i, {}).get("epoch_seconds")),
+        ("SPU", lambda i: _spu(lan, i)),
+        ("mpcml (fused)", lambda i: lan["ours"][i].get("fused", {}).get("epoch_seconds")),
+        ("mpcml (fused + tuned)", lambda i: lan["ours"][i].get("tuned", {}).get("epoch_seconds")),
+    ]
+    if wan is not None:
+        systems.append(
+            (
+                f"mpcml (fused), WAN {WAN}",
+                lambda i: wan["ours"].get(i, {}).get("fused", {}).get("epoch_seconds"),
+            )
+        )
+    width = 0.8 / len(systems)
+    for k, (label, value) in enumerate(systems):
+        xs, ys = [], []
+        for n, i in enumerate(tasks):
+            v = value(i)
+            if v is not None:
+                xs.append(n + k * width)
+                ys.append(v)
+        ax.bar(xs, ys, width, label=label)
+    ax.set_xticks([n + width * (len(systems) - 1) / 2 for n in range(len(tasks))])
+    ax.set_xticklabels([tasks[i] for i in tasks])
+    ax.set_ylabel("seconds per epoch (log)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("Training time per epoch, 3 parties (CNN: 2) on one machine")
+    fig.tight_layout()
+    fig.savefig(folder / "training.png", dpi=100)
+    written.append("training.png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for n, i in enumerate(tasks):
+        fused = lan["ours"][i].get("fused")
+        if not fused:
+            continue
+        bottom = 0.0
+        per_op: dict[str, float] = {}
+        for _, op, _, share in fused["layers"]:
+            per_op[op] = per_op.get(op, 0.0) + share
+        for op, share in sorted(per_op.items(), key=lambda kv: -kv[1]):
+            seconds = share * fused["median_batch"]
+            ax.bar(n, seconds, 0.6, bottom=bottom, label=op if n == 0 else None)
+            bottom += seconds
+    ax.set_xticks(range(len(tasks)))
+    ax.set_xticklabels([tasks[i] for i in tasks])
+    ax.set_ylabel("seconds per training batch")
+    ax.set_title("Where a training batch's time goes (mpcml, fused gradient, party 0)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "training-layers.png", dpi=100)
+    written.append("training-layers.png")
+    plt.close(fig)
+    return written
+
+
+def _spu(lan: dict[str, Any], i: str) -> float | None:
+    peer = lan["spu"].get(i)
+    return peer.get("epoch_seconds") if isinstance(peer, dict) else None
+
+
+def plot_transformers(rows: list[dict[str, Any]], folder: Path) -> list[str]:
+    """Seconds per model and plan, stacked by op (party 0's profile)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = []
+    ops = sorted({op for r in rows for op in r["ops"]})
+    colours = {op: plt.cm.tab20(k % 20) for k, op in enumerate(ops)}
+    for n, r in enumerate(rows):
+        labels.append(f"{r['model'].split(' (')[0]}\n{r['plan']}")
+        bottom = 0.0
+        for op, (seconds, _, _) in sorted(r["ops"].items(), key=lambda kv: -kv[1][0]):
+            ax.bar(n, seconds, 0.6, bottom=bottom, color=colours[op])
+            bottom += seconds
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[op]) for op in ops]
+    ax.legend(handles, [op.removeprefix("aten.") for op in ops], fontsize=6, ncol=2)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("seconds (party 0)")
+    ax.set_title("Secure transformer inference, 3 parties: where the time goes")
+    fig.tight_layout()
+    fig.savefig(folder / "transformers.png", dpi=100)
+    plt.close(fig)
+    return ["transformers.png"]
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    """The machine the report ran on, in words."""
+    memory = ""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory = f", {pages / 2**30:.0f} GiB memory"
+    except (ValueError, OSError):
+        pass
+    return (
+        f"{os.cpu_count()} CPUs{memory}, {platform.system()} {platform.machine()}, Python "
+        f"{platform.python_version()}; every party, the dealer and the coordinator on this one "
+        "machine, over loopback with mutual TLS; no GPU"
+    )
+
+
+def write(results: list[dict[str, Any]], quick: bool, out: Path) -> None:
+    """REPORT.md, the plots and results.json under `out` (bench/ by default)."""
+    folder = out / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    by_name = {r["name"]: r for r in results}
+    plots: dict[str, list[str]] = {}
+    lan = by_name.get(SUITES[0].name, {}).get("figures")
+    wan = by_name.get(SUITES[1].name, {}).get("figures")
+    if lan:
+        plots[SUITES[0].name] = plot_training(lan, wan, folder)
+    transformers = by_name.get(SUITES[2].name, {}).get("figures")
+    if transformers:
+        plots[SUITES[2].name] = plot_transformers(transformers, folder)
+    lines = [
+        "# mpcml benchmark report",
+        "",
+        f"Written by `{'make bench QUICK=1' if quick else 'make bench'}` (bench/report.py) on "
+        f"{time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
+        "",
+        "Every figure below is printed by the command above its table; rerun it to check it. "
+        "Timing noise on a shared 2-core machine is large: compare rows of one run. The WAN "
+        f"rows ({WAN}) impose the delay and bandwidth in mpcml's own transport on each party's "
+        "inbound streams (mpcml/transport/shaping.py): these machines have no traffic shaping, "
+        "and stock CrypTen's gloo path has no such hook, so stock CrypTen is on loopback only.",
+        "",
+    ]
+    for r in results:
+        lines += [f"## {r['name']}", "", f"`{r['command']}` ({r['seconds']:.0f} s)", ""]
+        if r["returncode"]:
+            lines += [f"**Failed** (exit {r['returncode']}):", "", "```", r["error"], "```", ""]
+        lines += ["```", r["table"], "```", ""]
+        for png in plots.get(r["name"], []):
+            lines += [f"![{png}](report/{png})", ""]
+    (out / "REPORT.md").write_text("\n".join(lines))
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the smallest workloads only")
+    parser.add_argument("--only", nargs="*", help="suites whose name starts with one of these")
+    parser.add_argument("--out", type=Path, default=HERE, help="where REPORT.md goes")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest workload only (logistic regression, mpcml's default, LAN and WAN): "
+        "what the test suite runs so that this code cannot rot",
+    )
+    args = parser.parse_args(argv)
+    chosen = [s for s in SUITES if s.quick or not (args.quick or args.smoke)]
+    if args.smoke:
+        chosen = [s for s in chosen if s.script == "train.py"]
+    if args.only:
+        chosen = [s for s in chosen if any(s.name.startswith(p) for p in args.only)]
+    results = [run(s, args.quick, k + 1, len(chosen), args.smoke) for k, s in enumerate(chosen)]
+    write(results, args.quick or args.smoke, args.out)
+    print(f"wrote {args.out / 'REPORT.md'}")
+    failed = [r["name"] for r in results if r["returncode"]]
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
