@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -514,7 +515,16 @@ def main(argv: list[str] | None = None) -> int:
         help="mpcml's variants to run, with --mpcml-only or --network (default: all)",
     )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        help="train every task this many epochs (at least 2; default: its own)",
+    )
     args = parser.parse_args(argv)
+    if args.epochs is not None:
+        if args.epochs < 2:
+            parser.error("--epochs must be at least 2: the first epoch is timed apart")
+        TASKS[:] = [dataclasses.replace(t, epochs=args.epochs) for t in TASKS]
     began = time.monotonic()
     indexes = args.only if args.only else list(range(len(TASKS)))
     alone = args.mpcml_only or bool(args.network)

@@ -1,7 +1,7 @@
 """bench/report.py on its smallest workload, through the daemons, so that the report cannot rot.
 
-Logistic regression trained by mpcml's default on loopback and on the emulated WAN: real
-daemons, real TLS, the same code `make bench` runs, written to a folder of the test's own.
+Logistic regression (2 epochs) trained by mpcml's default on the emulated WAN: real daemons,
+real TLS, the same code `make bench` runs, written to a folder of the test's own.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.system
-def test_the_smoke_report_runs_both_networks_and_writes_tables_plots_and_figures(
+def test_the_smoke_report_trains_on_the_emulated_wan_and_writes_tables_plots_and_figures(
     tmp_path: Path,
 ) -> None:
     done = subprocess.run(
@@ -30,14 +30,13 @@ def test_the_smoke_report_runs_both_networks_and_writes_tables_plots_and_figures
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "REPORT.md").read_text()
     results = json.loads((tmp_path / "results.json").read_text())
-    lan, wan = (r["figures"] for r in results)
-    assert lan["network"] == "loopback" and wan["network"] == "delay=20ms,bandwidth=352mbit"
-    for figures in (lan, wan):
-        fused = figures["ours"]["0"]["fused"]
-        # Trained for real: the secure model matches plaintext's accuracy on the test rows.
-        assert fused["accuracy"] >= figures["plain"]["0"] - 0.03, fused["accuracy"]
-    # Every round waits at least the emulated one-way delay: the WAN epoch is the slower.
-    assert wan["ours"]["0"]["fused"]["epoch_seconds"] > lan["ours"]["0"]["fused"]["epoch_seconds"]
+    (wan,) = (r["figures"] for r in results)
+    assert wan["network"] == "rtt=40ms,bandwidth=352mbit"
+    fused = wan["ours"]["0"]["fused"]
+    # Trained for real: the secure model matches plaintext's accuracy on the test rows.
+    assert fused["accuracy"] >= wan["plain"]["0"] - 0.03, fused["accuracy"]
+    # Every round waits at least the emulated one-way delay (20 ms).
+    assert fused["epoch_seconds"] >= fused["rounds"] * 0.020, fused
     assert "python bench/train.py --network rtt=40ms,bandwidth=352mbit" in report
     assert "![training.png](report/training.png)" in report
     for png in ("training.png", "training-layers.png"):
