@@ -311,6 +311,14 @@ def transformer(spec: dict[str, Any]) -> dict[str, Any]:
         return transformers.party(spec, session)
 
 
+def scaling(spec: dict[str, Any]) -> dict[str, Any]:
+    from bench import scaling as scaling_bench
+    from bench.sessions import open_session
+
+    with open_session(spec) as session:
+        return scaling_bench.party(spec, session)
+
+
 ROLES = {
     "grpc-mpc": grpc_mpc,
     "gloo-mpc": gloo_mpc,
@@ -320,6 +328,7 @@ ROLES = {
     "grpc-bare-tput": grpc_bare_tput,
     "gpu-model": gpu_model,
     "transformer": transformer,
+    "scaling": scaling,
 }
 
 

@@ -28,6 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench"
+# Run as a script, bench/ leads sys.path, and bench/transformers.py would shadow Hugging Face's.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(ROOT))
 WAN = "rtt=40ms,bandwidth=352mbit"
 """TF Encrypted's ABY3 setting: 40 ms round trip, 352 Mbit/s."""
 
@@ -49,6 +52,8 @@ class Suite:
         args = list(self.args)
         if (quick or smoke) and self.script in ("train.py", "transformers.py"):
             args += ["--only", "0"]  # logistic regression; small BERT
+        if quick and self.script == "scaling.py":
+            args += ["--quick"]
         if smoke and self.script == "train.py":
             args += ["--epochs", "2"]
             if "--variants" not in args:
@@ -66,6 +71,7 @@ SUITES = [
         quick=True,
     ),
     Suite("Transformers, loopback", "transformers.py", figures=True, quick=True),
+    Suite("Scaling: parties, rows, width, delay", "scaling.py", figures=True, quick=True),
     Suite("The data plane", "transport.py"),
     Suite("Failure detection", "failure_detection.py"),
     Suite("Share randomness (PRG)", "prg.py"),
@@ -156,13 +162,14 @@ def plot_training(lan: dict[str, Any], wan: dict[str, Any] | None, folder: Path)
         )
     width = 0.8 / len(systems)
     for k, (label, value) in enumerate(systems):
+        colour = plt.cm.tab10(k)
         xs, ys = [], []
         for n, i in enumerate(tasks):
             v = value(i)
             if v is not None:
                 xs.append(n + k * width)
                 ys.append(v)
-        ax.bar(xs, ys, width, label=label)
+        ax.bar(xs, ys, width, label=label, color=colour)
     ax.set_xticks([n + width * (len(systems) - 1) / 2 for n in range(len(tasks))])
     ax.set_xticklabels([tasks[i] for i in tasks])
     ax.set_ylabel("seconds per epoch (log)")
@@ -207,7 +214,7 @@ def _spu(lan: dict[str, Any], i: str) -> float | None:
 def plot_transformers(rows: list[dict[str, Any]], folder: Path) -> list[str]:
     """Seconds per model and plan, stacked by op (party 0's profile)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(9, 4))
     labels = []
     ops = sorted({op for r in rows for op in r["ops"]})
     colours = {op: plt.cm.tab20(k % 20) for k, op in enumerate(ops)}
@@ -218,7 +225,8 @@ def plot_transformers(rows: list[dict[str, Any]], folder: Path) -> list[str]:
             ax.bar(n, seconds, 0.6, bottom=bottom, color=colours[op])
             bottom += seconds
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[op]) for op in ops]
-    ax.legend(handles, [op.removeprefix("aten.") for op in ops], fontsize=6, ncol=2)
+    names = [op.removeprefix("aten.").removesuffix(".default") for op in ops]
+    ax.legend(handles, names, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("seconds (party 0)")
@@ -227,6 +235,33 @@ def plot_transformers(rows: list[dict[str, Any]], folder: Path) -> list[str]:
     fig.savefig(folder / "transformers.png", dpi=100)
     plt.close(fig)
     return ["transformers.png"]
+
+
+def plot_scaling(sweeps: dict[str, list[dict[str, Any]]], folder: Path) -> list[str]:
+    """Time against each swept setting, with the round-trip floor beside it."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4 * len(sweeps), 3.5), squeeze=False)
+    for ax, (sweep, rows) in zip(axes[0], sweeps.items(), strict=True):
+        key = "network" if sweep.startswith("delay") else sweep
+        xs = [_setting_value(r["setting"], key) for r in rows]
+        ax.plot(xs, [r["seconds"] for r in rows], "o-", label="measured")
+        ax.plot(xs, [r["floor"] for r in rows], "s--", label="round-trip floor")
+        ax.set_xlabel("one-way delay (ms)" if key == "network" else sweep)
+        ax.set_ylabel("seconds per epoch")
+        ax.set_title(sweep, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "scaling.png", dpi=100)
+    plt.close(fig)
+    return ["scaling.png"]
+
+
+def _setting_value(setting: dict[str, Any], key: str) -> float:
+    if key == "network":
+        from mpcml.transport.shaping import Shaping
+
+        return 1000 * Shaping.parse(setting["network"]).delay_s
+    return float(setting[key])
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -247,6 +282,33 @@ def machine() -> str:
     )
 
 
+def floor_table(figures: dict[str, Any]) -> list[str]:
+    """Each WAN training row against its round-trip floor: rounds x delay + bytes / bandwidth.
+
+    A round here is one exchange of shares, which waits one one-way delay; the bytes are all
+    parties' (CrypTen's count), each party's own link carrying its share of them.
+    """
+    from mpcml.transport.shaping import Shaping
+
+    link = Shaping.parse(figures["network"])
+    parties = {str(i): 3 if i != 2 else 2 for i in range(3)}
+    lines = [
+        "| task | variant | rounds / epoch | MiB / epoch | floor s | measured s | x floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, variants in figures["ours"].items():
+        for variant, o in variants.items():
+            per_party = o["mib"] * 2**20 / parties.get(i, 3)
+            floor = o["rounds"] * link.delay_s + (
+                per_party / link.bytes_per_s if link.bytes_per_s else 0.0
+            )
+            lines.append(
+                f"| {figures['tasks'][i]} | {variant} | {o['rounds']:.0f} | {o['mib']:.1f} | "
+                f"{floor:.2f} | {o['epoch_seconds']:.2f} | {o['epoch_seconds'] / floor:.2f} |"
+            )
+    return lines
+
+
 def write(results: list[dict[str, Any]], quick: bool, out: Path) -> None:
     """REPORT.md, the plots and results.json under `out` (bench/ by default)."""
     folder = out / "report"
@@ -262,6 +324,9 @@ def write(results: list[dict[str, Any]], quick: bool, out: Path) -> None:
     transformers = by_name.get(SUITES[2].name, {}).get("figures")
     if transformers:
         plots[SUITES[2].name] = plot_transformers(transformers, folder)
+    scaling = by_name.get(SUITES[3].name, {}).get("figures")
+    if scaling:
+        plots[SUITES[3].name] = plot_scaling(scaling, folder)
     lines = [
         "# mpcml benchmark report",
         "",
@@ -280,6 +345,16 @@ def write(results: list[dict[str, Any]], quick: bool, out: Path) -> None:
         if r["returncode"]:
             lines += [f"**Failed** (exit {r['returncode']}):", "", "```", r["error"], "```", ""]
         lines += ["```", r["table"], "```", ""]
+        figures = r["figures"]
+        if r["name"] == SUITES[1].name and figures:
+            lines += [
+                "The round-trip floor of each epoch (rounds x one-way delay + each party's "
+                "bytes / bandwidth) beside the measured time: what is left above it is "
+                "computation and the parties' waiting on one another.",
+                "",
+                *floor_table(figures),
+                "",
+            ]
         for png in plots.get(r["name"], []):
             lines += [f"![{png}](report/{png})", ""]
     (out / "REPORT.md").write_text("\n".join(lines))

@@ -35,6 +35,7 @@ def open_session(spec: dict[str, Any]) -> Iterator[Any]:
         session_id=spec["session_id"],
         device=spec["device"],
         dealer=DealerEndpoint(spec["dealer"]) if spec["dealer"] else None,
+        network=spec.get("network") or None,
     ) as session:
         yield session
 
