@@ -8,7 +8,8 @@ states the growth rate: the exponent k of time ~ setting^k, fitted on the sweep'
 row also gives the round-trip floor, rounds x one-way delay + this party's bytes / bandwidth,
 on the emulated network (mpcml/transport/shaping.py); on loopback it is about zero, and what
 the time holds above it is computation, the transport's own cost, and the parties' waiting on
-one another on 2 shared cores.
+one another on 2 shared cores. The stack sweep takes one layer of mpcml's away at a time (its
+CrypTen patches, the dealer, TLS) to show what each costs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -42,6 +44,17 @@ class Setting:
     batch: int = 64
     width: int = 64
     network: str = ""
+    stack: str = "mpcml"
+    """What of mpcml's stack runs (STACKS)."""
+
+
+STACKS = {
+    "mpcml": "mutual TLS, mpcml's dealer, mpcml's CrypTen patches",
+    "CrypTen's paths": "CrypTen's own config reads, A2B and share shells (compat.stock())",
+    "TFP": "CrypTen's TFP provider instead of the dealer (INSECURE: party 0 learns inputs)",
+    "TFP, no TLS": "TFP, and plaintext gRPC (insecure=True): against TFP, what TLS costs",
+}
+"""The stack sweep: each row takes one layer of mpcml's away, to show what it costs."""
 
 
 BASE = Setting()
@@ -50,8 +63,13 @@ SWEEPS: dict[str, list[Setting]] = {
     "rows": [replace(BASE, rows=n) for n in (256, 512, 1024)],
     "width": [replace(BASE, width=n) for n in (16, 64, 256)],
     "delay (one-way)": [replace(BASE, network=f"delay={d}ms") for d in (0, 5, 20)],
+    "stack": [replace(BASE, stack=name) for name in STACKS],
 }
-QUICK = {"parties": SWEEPS["parties"][:2], "delay (one-way)": SWEEPS["delay (one-way)"][::2]}
+QUICK = {
+    "parties": SWEEPS["parties"][:2],
+    "delay (one-way)": SWEEPS["delay (one-way)"][::2],
+    "stack": SWEEPS["stack"],
+}
 
 
 def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
@@ -61,6 +79,10 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
     import torch
 
     s = Setting(**spec["setting"])
+    if s.stack == "CrypTen's paths":
+        from mpcml.runtime import compat
+
+        compat.stock()
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(s.rows, FEATURES, generator=generator)
     y = (x[:, :4].sum(1, keepdim=True) > 0).float()
@@ -100,8 +122,14 @@ def run(tmp: Path, pki: dict[str, dict[str, str]], s: Setting, label: str) -> di
         tmp,
         {n: pki[n] for n in names},
         label,
-        lambda rank: {"role": "scaling", "setting": asdict(s), "network": s.network},
+        lambda rank: {
+            "role": "scaling",
+            "setting": asdict(s),
+            "network": s.network,
+            "insecure": s.stack == "TFP, no TLS",
+        },
         timeout=1800,
+        provider="tfp" if s.stack.startswith("TFP") else "dealer",
     )
     link = Shaping.parse(s.network)
     rounds = max(p["rounds"] for p in parties)
@@ -125,6 +153,12 @@ def _value(s: Setting, sweep: str) -> float:
 def growth(rows: list[dict[str, Any]], sweep: str) -> str:
     """The exponent k of time ~ setting^k from the sweep's ends (delay: seconds per ms)."""
     first, last = rows[0], rows[-1]
+    if sweep == "stack":
+        base = first["seconds"]
+        return "; ".join(
+            f"{r['setting']['stack']}: {r['seconds'] / base:.2f}x the full stack's time"
+            for r in rows[1:]
+        )
     a = _value(Setting(**first["setting"]), sweep)
     b = _value(Setting(**last["setting"]), sweep)
     if sweep == "delay (one-way)":
@@ -138,13 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 and 3 parties; 0 and 20 ms")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each setting: the median and the spread"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = 1
     sweeps = QUICK if args.quick else SWEEPS
     began = time.monotonic()
     figures: dict[str, list[dict[str, Any]]] = {}
     head = (
-        f"{'sweep':<16} {'parties':>7} {'rows':>5} {'batch':>5} {'width':>5} {'network':<12} "
-        f"{'seconds':>8} {'rounds':>7} {'MiB':>7} {'floor s':>8}"
+        f"{'sweep':<16} {'stack':<15} {'parties':>7} {'rows':>5} {'batch':>5} {'width':>5} "
+        f"{'network':<12} {'seconds':>8} {'spread':>11} {'rounds':>7} {'MiB':>7} {'floor s':>8}"
     )
     print("one epoch of secure MLP training (mpcml.session, mutual TLS, dealer), this machine")
     print(head)
@@ -155,19 +194,34 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for k, s in enumerate(settings):
                 print(f"{sweep} {k + 1}/{len(settings)} ...", file=sys.stderr, flush=True)
-                r = run(Path(tmp), pki, s, f"{sweep.split()[0]}-{k}")
+                runs = [
+                    run(Path(tmp), pki, s, f"{sweep.split()[0]}-{k}-{n}")
+                    for n in range(args.repeats)
+                ]
+                times = sorted(r["seconds"] for r in runs)
+                r = {**runs[0], "seconds": statistics.median(times), "spread": times}
                 rows.append(r)
+                spread = f"{times[0]:.2f}-{times[-1]:.2f}" if len(times) > 1 else ""
                 print(
-                    f"{sweep:<16} {s.parties:>7} {s.rows:>5} {s.batch:>5} {s.width:>5} "
-                    f"{s.network or 'loopback':<12} {r['seconds']:>8.2f} {r['rounds']:>7} "
-                    f"{r['mib']:>7.1f} {r['floor']:>8.2f}",
+                    f"{sweep:<16} {s.stack:<15} {s.parties:>7} {s.rows:>5} {s.batch:>5} "
+                    f"{s.width:>5} "
+                    f"{s.network or 'loopback':<12} {r['seconds']:>8.2f} {spread:>11} "
+                    f"{r['rounds']:>7} {r['mib']:>7.1f} {r['floor']:>8.2f}",
                     flush=True,
                 )
             print(f"  {growth(rows, sweep)}")
             figures[sweep] = rows
     print(
-        "seconds: the slowest party, barrier to barrier; MiB: the most any party sent; floor: "
+        "seconds: the median of the runs of the slowest party, barrier to barrier (spread: the "
+        "fastest and slowest run); MiB: the most any party sent; floor: "
         "rounds x one-way delay + those bytes / bandwidth (the emulated network's; loopback 0)"
+    )
+    print("stack: " + "; ".join(f"{name}: {what}" for name, what in STACKS.items()))
+    print(
+        "Not swept here: ChaCha20 share randomness against torch's generator (bench/prg.py), "
+        "the gRPC data plane against gloo and raw TCP (bench/transport.py), and the job API "
+        "with the coordinator (bench/train.py's daemon rows against bench/load.py's per-job "
+        "cost)."
     )
     print(f"({time.monotonic() - began:.0f} s)")
     if args.json:

@@ -189,13 +189,37 @@ def _crypten_model(task_name: str, state: dict[str, torch.Tensor]) -> Any:
     return model
 
 
-def _stock_party(task_index: int, epochs: int) -> dict[str, Any]:
+def _delay_rounds(network: str) -> None:
+    """Stock CrypTen on an emulated network: each round it counts waits as mpcml's would.
+
+    That is a one-way delay plus its bytes over the bandwidth, as each message of mpcml's
+    transport does on the same setting (gloo has no hook of its own; CrypTen counts a round
+    per communication call).
+    """
+    from crypten.communicator.communicator import Communicator
+
+    from mpcml.transport.shaping import Shaping
+
+    link = Shaping.parse(network)
+    count = Communicator._log_communication
+
+    def _log_communication(self: Any, nelement: int) -> None:
+        count(self, nelement)
+        transfer = nelement * 8 / link.bytes_per_s if link.bytes_per_s else 0.0
+        time.sleep(link.delay_s + transfer)
+
+    Communicator._log_communication = _log_communication
+
+
+def _stock_party(task_index: int, epochs: int, network: str = "") -> dict[str, Any]:
     import crypten
     import crypten.communicator as comm
 
     from mpcml.runtime import compat
 
     compat.stock()  # CrypTen as shipped (config reads, comparisons)
+    if network:
+        _delay_rounds(network)
     torch.set_num_threads(1)
     task = TASKS[task_index]
     split = task.split()
@@ -253,7 +277,7 @@ def _stock_party(task_index: int, epochs: int) -> dict[str, Any]:
     }
 
 
-def stock_crypten(task_index: int) -> dict[str, Any]:
+def stock_crypten(task_index: int, network: str = "") -> dict[str, Any]:
     """Every party of stock CrypTen on the task, launched by CrypTen's run_multiprocess."""
     from mpcml.runtime import compat
 
@@ -263,7 +287,7 @@ def stock_crypten(task_index: int) -> dict[str, Any]:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     task = TASKS[task_index]
     world = task.parties
-    results = run_multiprocess(world_size=world)(_stock_party)(task_index, task.epochs)
+    results = run_multiprocess(world_size=world)(_stock_party)(task_index, task.epochs, network)
     if results is None or len(results) != world:
         raise SystemExit("a stock CrypTen party failed (CrypTen's launcher logged which)")
     per_epoch = [max(col) for col in zip(*(r["epoch_seconds"] for r in results), strict=True)]
@@ -503,8 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--network",
         default="",
-        help="an emulated network between mpcml's parties (rtt=40ms,bandwidth=352mbit); stock "
-        "CrypTen's gloo path has no hook for one, so this runs mpcml only",
+        help="an emulated network (rtt=40ms,bandwidth=352mbit): mpcml's transport imposes it "
+        "on each message, and stock CrypTen waits as long at each round it counts; SPU runs "
+        "on loopback only",
     )
     parser.add_argument("--mpcml-only", action="store_true", help="leave out CrypTen and SPU")
     parser.add_argument(
@@ -512,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=list(VARIANTS),
         choices=list(VARIANTS),
-        help="mpcml's variants to run, with --mpcml-only or --network (default: all)",
+        help="mpcml's variants to run (default: all; the default, fused, is always run)",
     )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     parser.add_argument(
@@ -521,19 +546,20 @@ def main(argv: list[str] | None = None) -> int:
         help="train every task this many epochs (at least 2; default: its own)",
     )
     args = parser.parse_args(argv)
+    args.variants = [v for v in VARIANTS if v in args.variants or v == "fused"]
     if args.epochs is not None:
         if args.epochs < 2:
             parser.error("--epochs must be at least 2: the first epoch is timed apart")
         TASKS[:] = [dataclasses.replace(t, epochs=args.epochs) for t in TASKS]
     began = time.monotonic()
     indexes = args.only if args.only else list(range(len(TASKS)))
-    alone = args.mpcml_only or bool(args.network)
+    alone = args.mpcml_only
     stock = {}
     for i in indexes if not alone else []:
         print(f"stock CrypTen: {TASKS[i].name} ...", file=sys.stderr, flush=True)
-        stock[i] = stock_crypten(i)
+        stock[i] = stock_crypten(i, args.network)
     spu: dict[int, dict[str, Any] | str] = {}
-    for i in indexes if not alone else []:
+    for i in indexes if not alone and not args.network else []:
         if TASKS[i].model is models.DigitsTanhMLP:
             print(f"SPU: {TASKS[i].name} ...", file=sys.stderr, flush=True)
             with tempfile.TemporaryDirectory(prefix="mpcml-bench-spu-") as tmp:
@@ -547,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             client = cluster.start()
             for i in indexes:
                 ours[i] = {}
-                for variant in args.variants if alone else VARIANTS:
+                for variant in args.variants:
                     print(f"mpcml {variant}: {TASKS[i].name} ...", file=sys.stderr, flush=True)
                     ours[i][variant] = mpcml_task(client, TASKS[i], variant)
     seconds = time.monotonic() - began
@@ -565,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     if alone:
         _print_mpcml(indexes, ours, args.network or "loopback", seconds)
     else:
-        _print(indexes, stock, spu, ours, seconds)
+        _print(indexes, stock, spu, ours, seconds, args.network)
     return 0
 
 
@@ -577,8 +603,8 @@ VARIANTS = {
 
 
 def _print_mpcml(indexes: list[int], ours: dict[int, Any], network: str, seconds: float) -> None:
-    """The rows of mpcml alone (on an emulated network: stock CrypTen has no such run)."""
-    print(f"mpcml training and inference on an emulated network: {network}\n")
+    """The rows of mpcml alone (--mpcml-only)."""
+    print(f"mpcml training and inference on {network}\n")
     columns = [c for c in TRAIN_COLUMNS if c[0] != "x stock"]
     print(_header("training (per epoch)", columns))
     for i in indexes:
@@ -630,6 +656,10 @@ Training: stock CrypTen is the slowest party's time per epoch between barriers; 
   weights and hyper-parameters. The tuned training plan keeps each non-linear function within
   {TOLERANCE} of the true one over 17 times the range it sees at the initial weights (which
   change as it trains).
+Network (--network): mpcml's transport holds each message for the one-way delay and its
+  bytes over the bandwidth (mpcml/transport/shaping.py); stock CrypTen, whose gloo path has no
+  such hook, sleeps as long at each round it counts (delay + its bytes / bandwidth); SPU is
+  not run. These machines have no traffic shaping of their own.
 Inference: the test rows in one round; the tuned plan is tuned on the training rows with the
   trained weights, budget {BUDGET} accuracy."""
 
@@ -653,8 +683,11 @@ def _print(
     spu: dict[int, dict[str, Any] | str],
     ours: dict[int, Any],
     seconds: float,
+    network: str = "",
 ) -> None:
-    print("mpcml training benchmark: stock CrypTen against mpcml, the same data and settings\n")
+    print("mpcml training benchmark: stock CrypTen against mpcml, the same data and settings")
+    where = f"an emulated network, {network}" if network else "loopback"
+    print(f"on {where}\n")
     print(_header("training (per epoch)", TRAIN_COLUMNS))
     variants = [
         ("crypten", "mpcml, CrypTen's loss"),
@@ -676,6 +709,8 @@ def _print(
             values += [peer["accuracy"], plain]
             print(_row(f"{task.name}: SecretFlow SPU (ABY3)", TRAIN_COLUMNS, values))
         for variant, label in variants:
+            if variant not in ours[i]:
+                continue
             o = ours[i][variant]
             ratio = s["epoch_seconds"] / o["epoch_seconds"]
             values = [o["first_epoch_seconds"], o["epoch_seconds"], ratio, o["rounds"], o["mib"]]
