@@ -54,7 +54,7 @@ class Suite:
             args += ["--only", "0"]  # logistic regression; small BERT
         if quick and self.script == "scaling.py":
             args += ["--quick"]
-        if quick and not smoke and "--network" in args:
+        if not smoke and "--network" in args:
             args += ["--epochs", "2"]  # stock CrypTen takes 70 s an epoch of logreg on WAN
         if smoke and self.script == "train.py":
             args += ["--epochs", "2", "--mpcml-only", "--variants", "fused"]
@@ -310,8 +310,12 @@ def floor_table(figures: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write(results: list[dict[str, Any]], quick: bool, out: Path) -> None:
-    """REPORT.md, the plots and results.json under `out` (bench/ by default)."""
+def write(results: list[dict[str, Any]], command: str, out: Path, pending: int = 0) -> None:
+    """REPORT.md, the plots and results.json under `out` (bench/ by default).
+
+    Written again after every suite: a long run cut short keeps what it measured (`pending`:
+    the suites still to run, said at the top).
+    """
     folder = out / "report"
     folder.mkdir(parents=True, exist_ok=True)
     by_name = {r["name"]: r for r in results}
@@ -331,8 +335,8 @@ def write(results: list[dict[str, Any]], quick: bool, out: Path) -> None:
     lines = [
         "# mpcml benchmark report",
         "",
-        f"Written by `{'make bench QUICK=1' if quick else 'make bench'}` (bench/report.py) on "
-        f"{time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')}. Machine: {machine()}."
+        + (f" **Incomplete: {pending} suites had not run yet.**" if pending else ""),
         "",
         "Every figure below is printed by the command above its table; rerun it to check it. "
         "Timing noise on a shared 2-core machine is large: compare rows of one run. The WAN "
@@ -396,8 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [s for s in chosen if s.script == "train.py" and "--network" in s.args]
     if args.only:
         chosen = [s for s in chosen if any(s.name.startswith(p) for p in args.only)]
-    results = [run(s, args.quick, k + 1, len(chosen), args.smoke) for k, s in enumerate(chosen)]
-    write(results, args.quick or args.smoke, args.out)
+    command = "python bench/report.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    results = []
+    for k, s in enumerate(chosen):
+        results.append(run(s, args.quick, k + 1, len(chosen), args.smoke))
+        write(results, command.strip(), args.out, pending=len(chosen) - k - 1)
     print(f"wrote {args.out / 'REPORT.md'}")
     failed = [r["name"] for r in results if r["returncode"]]
     if failed:
