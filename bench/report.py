@@ -203,7 +203,43 @@ def plot_training(lan: dict[str, Any], wan: dict[str, Any] | None, folder: Path)
     fig.savefig(folder / "training-layers.png", dpi=100)
     written.append("training-layers.png")
     plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    accuracies: list[tuple[str, Callable[[str], float | None]]] = [
+        ("plaintext PyTorch", lambda i: lan["plain"][i]),
+        ("stock CrypTen", lambda i: lan["stock"].get(i, {}).get("accuracy")),
+        *[
+            (VARIANT_LABELS[v], lambda i, v=v: lan["ours"][i].get(v, {}).get("accuracy"))
+            for v in VARIANT_LABELS
+        ],
+    ]
+    width = 0.8 / len(accuracies)
+    for k, (label, value) in enumerate(accuracies):
+        points = [(n + k * width, value(i)) for n, i in enumerate(tasks)]
+        kept = [(x, y) for x, y in points if y is not None]
+        ax.bar(
+            [x for x, _ in kept], [y for _, y in kept], width, label=label, color=plt.cm.tab10(k)
+        )
+    ax.set_xticks([n + width * (len(accuracies) - 1) / 2 for n in range(len(tasks))])
+    ax.set_xticklabels([tasks[i] for i in tasks])
+    ax.set_ylim(0.5, 1.0)
+    ax.set_ylabel("test accuracy after training")
+    ax.set_title(
+        f"Secure against plaintext accuracy, the same rows and settings ({lan['network']})"
+    )
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(folder / "accuracy.png", dpi=100)
+    written.append("accuracy.png")
+    plt.close(fig)
     return written
+
+
+VARIANT_LABELS = {
+    "crypten": "mpcml, CrypTen's loss",
+    "fused": "mpcml, fused gradient",
+    "tuned": "mpcml, fused + tuned plan",
+}
 
 
 def _spu(lan: dict[str, Any], i: str) -> float | None:

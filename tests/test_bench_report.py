@@ -40,5 +40,5 @@ def test_the_smoke_report_trains_on_the_emulated_wan_and_writes_tables_plots_and
     assert "python bench/train.py --network rtt=40ms,bandwidth=352mbit" in report
     assert "![training.png](report/training.png)" in report
     assert "| logreg, breast cancer | fused |" in report  # its row against the round-trip floor
-    for png in ("training.png", "training-layers.png"):
+    for png in ("training.png", "training-layers.png", "accuracy.png"):
         assert (tmp_path / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

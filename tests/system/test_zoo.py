@@ -104,4 +104,8 @@ def test_a_residual_cnn_trains_through_the_job_api_to_plaintext_accuracy(client:
     plaintext_train(plain, x, y, loss="cross_entropy", **HYPER)  # type: ignore[arg-type]
     plain_accuracy, secure_accuracy = _accuracy(plain.state_dict()), _accuracy(secure)
     assert plain_accuracy > 0.85, plain_accuracy
-    assert secure_accuracy >= plain_accuracy - 0.03, (secure_accuracy, plain_accuracy)
+    # 360 training images at lr 0.1 and momentum 0.9: fixed-point noise moves the secure
+    # model's accuracy by a few points from run to run (0.882 against 0.930 once, in a CI run
+    # whose previous run at the same code passed). A model whose early layers do not train
+    # stays near 0.78 (commit 36bb0d7), well under this bound.
+    assert secure_accuracy >= plain_accuracy - 0.06, (secure_accuracy, plain_accuracy)
