@@ -204,13 +204,15 @@ def plot_training(lan: dict[str, Any], wan: dict[str, Any] | None, folder: Path)
     written.append("training-layers.png")
     plt.close(fig)
 
+    from bench.train import VARIANTS  # the variants' labels, as train.py prints them
+
     fig, ax = plt.subplots(figsize=(8, 4))
     accuracies: list[tuple[str, Callable[[str], float | None]]] = [
         ("plaintext PyTorch", lambda i: lan["plain"][i]),
         ("stock CrypTen", lambda i: lan["stock"].get(i, {}).get("accuracy")),
         *[
-            (VARIANT_LABELS[v], lambda i, v=v: lan["ours"][i].get(v, {}).get("accuracy"))
-            for v in VARIANT_LABELS
+            (VARIANTS[v], lambda i, v=v: lan["ours"][i].get(v, {}).get("accuracy"))
+            for v in VARIANTS
         ],
     ]
     width = 0.8 / len(accuracies)
@@ -233,13 +235,6 @@ def plot_training(lan: dict[str, Any], wan: dict[str, Any] | None, folder: Path)
     written.append("accuracy.png")
     plt.close(fig)
     return written
-
-
-VARIANT_LABELS = {
-    "crypten": "mpcml, CrypTen's loss",
-    "fused": "mpcml, fused gradient",
-    "tuned": "mpcml, fused + tuned plan",
-}
 
 
 def _spu(lan: dict[str, Any], i: str) -> float | None:
