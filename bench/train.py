@@ -689,11 +689,7 @@ def _print(
     where = f"an emulated network, {network}" if network else "loopback"
     print(f"on {where}\n")
     print(_header("training (per epoch)", TRAIN_COLUMNS))
-    variants = [
-        ("crypten", "mpcml, CrypTen's loss"),
-        ("fused", "mpcml, fused gradient"),
-        ("tuned", "mpcml, fused + tuned plan"),
-    ]
+    variants = list(VARIANTS.items())
     for i in indexes:
         task, s = TASKS[i], stock[i]
         plain = plaintext_accuracy(task)
