@@ -14,6 +14,8 @@ Roles:
 - `tcp-tput`: one end of the same test over a plain TCP socket.
 - `grpc-bare-tput`: one end of the same test over a bare gRPC stream, without mpcml.
 - `gpu-model`: one party of bench/gpu.py's CNN rows, on the device its spec names.
+- `transformer`, `scaling`: one party of bench/transformers.py's and bench/scaling.py's runs.
+- `scaling-gloo`: a launcher running every party of bench/scaling.py's epoch on stock CrypTen.
 """
 
 from __future__ import annotations
@@ -319,6 +321,38 @@ def scaling(spec: dict[str, Any]) -> dict[str, Any]:
         return scaling_bench.party(spec, session)
 
 
+class _GlooSession:
+    """What bench/scaling.py's party reads of a session, on stock CrypTen's communicator."""
+
+    def __init__(self) -> None:
+        import crypten.communicator as comm
+
+        self.rank = comm.get().get_rank()
+        self.world_size = comm.get().get_world_size()
+
+    def communication_stats(self) -> dict[str, int]:
+        import crypten.communicator as comm
+
+        stats = comm.get().get_communication_stats()
+        return {"rounds": int(stats["rounds"]), "bytes": int(stats["bytes"])}
+
+
+def _scaling_gloo_party(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from bench import scaling as scaling_bench
+    from mpcml.runtime import compat
+
+    compat.stock()
+    torch.set_num_threads(TORCH_THREADS)
+    return scaling_bench.party(spec, _GlooSession())
+
+
+def scaling_gloo(spec: dict[str, Any]) -> dict[str, Any]:
+    """bench/scaling.py's epoch on stock CrypTen: gloo, its TFP provider, its launcher."""
+    return _gloo_launch(_scaling_gloo_party, spec["world_size"], spec)
+
+
 ROLES = {
     "grpc-mpc": grpc_mpc,
     "gloo-mpc": gloo_mpc,
@@ -329,6 +363,7 @@ ROLES = {
     "gpu-model": gpu_model,
     "transformer": transformer,
     "scaling": scaling,
+    "scaling-gloo": scaling_gloo,
 }
 
 

@@ -1,4 +1,4 @@
-"""How secure training grows: time, rounds and bytes against parties, rows, width and delay.
+"""How secure training grows: time, rounds and bytes against parties, rows, width, batch, delay.
 
 `make bench` runs this. One epoch of a ReLU MLP (64 features, one hidden layer, binary
 cross-entropy, SGD) in `mpcml.session`: every party its own process on this machine, gRPC with
@@ -9,7 +9,8 @@ row also gives the round-trip floor, rounds x one-way delay + this party's bytes
 on the emulated network (mpcml/transport/shaping.py); on loopback it is about zero, and what
 the time holds above it is computation, the transport's own cost, and the parties' waiting on
 one another on 2 shared cores. The stack sweep takes one layer of mpcml's away at a time (its
-CrypTen patches, the dealer, TLS) to show what each costs.
+CrypTen patches, the dealer, TLS, the ChaCha20 share randomness) to show what each costs, and
+ends with stock CrypTen (gloo, TFP) on the same epoch.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.sessions import run_parties  # noqa: E402
+from bench.transport import Group  # noqa: E402
 from mpcml.transport.shaping import Shaping  # noqa: E402
 from tests.support.parties import make_pki  # noqa: E402
 
@@ -53,6 +55,8 @@ STACKS = {
     "CrypTen's paths": "CrypTen's own config reads, A2B and share shells (compat.stock())",
     "TFP": "CrypTen's TFP provider instead of the dealer (INSECURE: party 0 learns inputs)",
     "TFP, no TLS": "TFP, and plaintext gRPC (insecure=True): against TFP, what TLS costs",
+    "torch PRG": "share randomness from CrypTen's torch generators, not ChaCha20 (INSECURE)",
+    "stock CrypTen": "CrypTen as shipped: torch.distributed/gloo, TFP, its launcher, no TLS",
 }
 """The stack sweep: each row takes one layer of mpcml's away, to show what it costs."""
 
@@ -62,6 +66,7 @@ SWEEPS: dict[str, list[Setting]] = {
     "parties": [replace(BASE, parties=n) for n in (2, 3, 4)],
     "rows": [replace(BASE, rows=n) for n in (256, 512, 1024)],
     "width": [replace(BASE, width=n) for n in (16, 64, 256)],
+    "batch": [replace(BASE, batch=n) for n in (32, 64, 128)],
     "delay (one-way)": [replace(BASE, network=f"delay={d}ms") for d in (0, 5, 20)],
     "stack": [replace(BASE, stack=name) for name in STACKS],
 }
@@ -73,7 +78,9 @@ QUICK = {
 
 
 def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
-    """One party's epoch: seconds (barrier to barrier), rounds and the bytes it sent."""
+    """One party's epoch: seconds (barrier to barrier), rounds, the bytes it sent, peak memory."""
+    import resource
+
     import crypten
     import crypten.communicator as comm
     import torch
@@ -112,25 +119,40 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
         "seconds": seconds,
         "rounds": after["rounds"] - before["rounds"],
         "bytes": after["bytes"] - before["bytes"],
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
 
 
 def run(tmp: Path, pki: dict[str, dict[str, str]], s: Setting, label: str) -> dict[str, Any]:
     """One setting's epoch: the slowest party's seconds, rounds, the most bytes a party sent."""
-    names = list(pki)[: s.parties]
-    parties = run_parties(
+    if s.stack == "stock CrypTen":  # on loopback: the stack sweep's base
+        with Group(tmp, label) as group:
+            group.start({"role": "scaling-gloo", "setting": asdict(s), "world_size": s.parties})
+            (launcher,) = group.wait(1800)
+        return _figures(s, launcher["parties"])
+    return _figures(s, _session_parties(tmp, pki, s, label))
+
+
+def _session_parties(
+    tmp: Path, pki: dict[str, dict[str, str]], s: Setting, label: str
+) -> list[dict[str, Any]]:
+    return run_parties(
         tmp,
-        {n: pki[n] for n in names},
+        {n: pki[n] for n in list(pki)[: s.parties]},
         label,
         lambda rank: {
             "role": "scaling",
             "setting": asdict(s),
             "network": s.network,
             "insecure": s.stack == "TFP, no TLS",
+            "torch_prg": s.stack == "torch PRG",
         },
         timeout=1800,
         provider="tfp" if s.stack.startswith("TFP") else "dealer",
     )
+
+
+def _figures(s: Setting, parties: list[dict[str, Any]]) -> dict[str, Any]:
     link = Shaping.parse(s.network)
     rounds = max(p["rounds"] for p in parties)
     sent = max(p["bytes"] for p in parties)
@@ -141,6 +163,7 @@ def run(tmp: Path, pki: dict[str, dict[str, str]], s: Setting, label: str) -> di
         "rounds": rounds,
         "mib": sent / 2**20,
         "floor": floor,
+        "peak_mib": max(p["peak_rss"] for p in parties) / 2**20,
     }
 
 
@@ -183,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, list[dict[str, Any]]] = {}
     head = (
         f"{'sweep':<16} {'stack':<15} {'parties':>7} {'rows':>5} {'batch':>5} {'width':>5} "
-        f"{'network':<12} {'seconds':>8} {'spread':>11} {'rounds':>7} {'MiB':>7} {'floor s':>8}"
+        f"{'network':<12} {'seconds':>8} {'spread':>11} {'rounds':>7} {'MiB':>7} {'floor s':>8} "
+        f"{'peak MiB':>8}"
     )
     print("one epoch of secure MLP training (mpcml.session, mutual TLS, dealer), this machine")
     print(head)
@@ -206,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{sweep:<16} {s.stack:<15} {s.parties:>7} {s.rows:>5} {s.batch:>5} "
                     f"{s.width:>5} "
                     f"{s.network or 'loopback':<12} {r['seconds']:>8.2f} {spread:>11} "
-                    f"{r['rounds']:>7} {r['mib']:>7.1f} {r['floor']:>8.2f}",
+                    f"{r['rounds']:>7} {r['mib']:>7.1f} {r['floor']:>8.2f} {r['peak_mib']:>8.0f}",
                     flush=True,
                 )
             print(f"  {growth(rows, sweep)}")
@@ -214,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "seconds: the median of the runs of the slowest party, barrier to barrier (spread: the "
         "fastest and slowest run); MiB: the most any party sent; floor: "
-        "rounds x one-way delay + those bytes / bandwidth (the emulated network's; loopback 0)"
+        "rounds x one-way delay + those bytes / bandwidth (the emulated network's; loopback 0); "
+        "peak MiB: the largest peak resident memory of a party's process"
     )
     print("stack: " + "; ".join(f"{name}: {what}" for name, what in STACKS.items()))
     print(

@@ -26,6 +26,10 @@ def open_session(spec: dict[str, Any]) -> Iterator[Any]:
     from mpcml.runtime.provider import DealerEndpoint
 
     torch.set_num_threads(spec["threads"])
+    if spec.get("torch_prg"):  # a benchmark's ablation: CrypTen's own torch generators
+        from mpcml.runtime import prg
+
+        prg.install = lambda: None
     with mpcml.session(
         rank=spec["rank"],
         world_size=spec["world_size"],

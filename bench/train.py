@@ -294,6 +294,7 @@ def stock_crypten(task_index: int, network: str = "") -> dict[str, Any]:
     steady = range(1, task.epochs)
     return {
         "epoch_seconds": statistics.median(per_epoch[1:]),
+        "epochs": per_epoch[1:],
         "first_epoch_seconds": per_epoch[0],
         "rounds": statistics.mean(results[0]["rounds"][e] for e in steady),
         "mib": statistics.mean(sum(r["bytes"][e] for r in results) for e in range(task.epochs))
@@ -436,6 +437,7 @@ def mpcml_task(client: Client, task: Task, variant: str) -> dict[str, Any]:
     profiled = sum(c.seconds for c in result.profile) or 1.0
     out: dict[str, Any] = {
         "epoch_seconds": statistics.median(epoch_seconds[1:]),
+        "epochs": epoch_seconds[1:],
         "first_epoch_seconds": epoch_seconds[0],
         "rounds": result.communication_rounds / task.epochs,
         "mib": result.bytes_sent / task.epochs / 2**20,
@@ -609,8 +611,8 @@ def _print_mpcml(indexes: list[int], ours: dict[int, Any], network: str, seconds
     print(_header("training (per epoch)", columns))
     for i in indexes:
         for variant, o in ours[i].items():
-            values = [o["first_epoch_seconds"], o["epoch_seconds"], o["rounds"], o["mib"]]
-            values += [o["accuracy"], plaintext_accuracy(TASKS[i])]
+            values = [o["first_epoch_seconds"], o["epoch_seconds"], _spread(o["epochs"])]
+            values += [o["rounds"], o["mib"], o["accuracy"], plaintext_accuracy(TASKS[i])]
             print(_row(f"{TASKS[i].name}: {VARIANTS[variant]}", columns, values))
     print()
     print(_header("inference (test rows)", INFER_COLUMNS))
@@ -630,6 +632,7 @@ def _print_mpcml(indexes: list[int], ours: dict[int, Any], network: str, seconds
 TRAIN_COLUMNS = [
     ("1st s", 7, ".2f"),
     ("s/epoch", 8, ".2f"),
+    ("spread", 11, ""),
     ("x stock", 8, ".2f"),
     ("rounds", 8, ".0f"),
     ("MiB", 8, ".1f"),
@@ -650,7 +653,8 @@ SPU: SecretFlow's SPU {"0.9.5"} on the same rows, initial weights and hyper-para
 Training: stock CrypTen is the slowest party's time per epoch between barriers; mpcml's is the
   coordinator's time per committed round (one epoch each), through the daemons on the dealer,
   ChaCha20 shares and mutual TLS. 1st s: the first epoch, with each side's warm-up; s/epoch
-  and x stock: the median of the later epochs (timing noise here is large). rounds and MiB:
+  and x stock: the median of the later epochs, spread: their fastest and slowest (timing
+  noise here is large; bench/consortium.py repeats whole jobs). rounds and MiB:
   CrypTen's counters per epoch (all parties' bytes; mpcml's hold no dealer traffic). acc: test
   accuracy after training; plain: plaintext PyTorch with the same rows, batches, initial
   weights and hyper-parameters. The tuned training plan keeps each non-linear function within
@@ -664,7 +668,12 @@ Inference: the test rows in one round; the tuned plan is tuned on the training r
   trained weights, budget {BUDGET} accuracy."""
 
 
-def _row(label: str, columns: list[tuple[str, int, str]], values: list[float | None]) -> str:
+def _spread(seconds: list[float]) -> str:
+    """The fastest and slowest of the timed epochs (after the first)."""
+    return f"{min(seconds):.2f}-{max(seconds):.2f}" if len(seconds) > 1 else ""
+
+
+def _row(label: str, columns: list[tuple[str, int, str]], values: list[float | str | None]) -> str:
     cells = [
         " " * width if value is None else f"{value:>{width}{fmt}}"
         for (_, width, fmt), value in zip(columns, values, strict=True)
@@ -693,7 +702,8 @@ def _print(
     for i in indexes:
         task, s = TASKS[i], stock[i]
         plain = plaintext_accuracy(task)
-        values = [s["first_epoch_seconds"], s["epoch_seconds"], 1.0, s["rounds"], s["mib"]]
+        values = [s["first_epoch_seconds"], s["epoch_seconds"], _spread(s["epochs"]), 1.0]
+        values += [s["rounds"], s["mib"]]
         values += [s["accuracy"], plain]
         print(_row(f"{task.name}: stock CrypTen", TRAIN_COLUMNS, values))
         peer = spu.get(i)
@@ -701,7 +711,8 @@ def _print(
             print(f"{task.name}: SPU (ABY3) {peer}")
         elif peer is not None:
             ratio = s["epoch_seconds"] / peer["epoch_seconds"]
-            values = [peer["first_epoch_seconds"], peer["epoch_seconds"], ratio, None, None]
+            values = [peer["first_epoch_seconds"], peer["epoch_seconds"], None, ratio]
+            values += [None, None]
             values += [peer["accuracy"], plain]
             print(_row(f"{task.name}: SecretFlow SPU (ABY3)", TRAIN_COLUMNS, values))
         for variant, label in variants:
@@ -709,8 +720,8 @@ def _print(
                 continue
             o = ours[i][variant]
             ratio = s["epoch_seconds"] / o["epoch_seconds"]
-            values = [o["first_epoch_seconds"], o["epoch_seconds"], ratio, o["rounds"], o["mib"]]
-            values += [o["accuracy"], plain]
+            values = [o["first_epoch_seconds"], o["epoch_seconds"], _spread(o["epochs"]), ratio]
+            values += [o["rounds"], o["mib"], o["accuracy"], plain]
             print(_row(f"{task.name}: {label}", TRAIN_COLUMNS, values))
         fused, target = ours[i]["fused"], TRAIN_TARGETS[task.name]
         ratio = s["epoch_seconds"] / fused["epoch_seconds"]

@@ -124,12 +124,19 @@ def _tokens(model: Model, rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]
     return ids, mask
 
 
-def run_model(tmp: Path, pki: dict[str, dict[str, str]], model: Model, plan: str) -> dict[str, Any]:
-    """One model with CrypTen's approximations or the tuned plan, in a session of its own."""
+def run_model(
+    tmp: Path, pki: dict[str, dict[str, str]], model: Model, plan: str, parties: int = PARTIES
+) -> dict[str, Any]:
+    """One model with CrypTen's approximations or the tuned plan, in a session of its own.
+
+    The session has the first `parties` of `pki`: the first holds the weights, the last the
+    token ids.
+    """
+    pki = {name: pki[name] for name in list(pki)[:parties]}
     sequence_model = hf.SequenceModel(hf.from_config(model.cls, model.config), model.sequence)
     started = time.monotonic()
     graph = hf.trace(sequence_model)
-    work = tmp / f"{model.name.split(' (')[0].replace(' ', '-')}-{plan}"
+    work = tmp / f"{model.name.split(' (')[0].replace(' ', '-')}-{plan}-{parties}"
     work.mkdir()
     vocab = int(sequence_model.model.config.vocab_size)
     ids, mask = _tokens(model, model.rows, seed=0)
@@ -147,7 +154,7 @@ def run_model(tmp: Path, pki: dict[str, dict[str, str]], model: Model, plan: str
             sequence_model,
             calibration,
             budget=BUDGET,
-            parties=PARTIES,
+            parties=parties,
             batch=1,
             tolerance=TOLERANCE,
         )
@@ -159,13 +166,13 @@ def run_model(tmp: Path, pki: dict[str, dict[str, str]], model: Model, plan: str
             "role": "transformer",
             "graph": str(files["graph"]),
             "weights": str(files["weights"]) if rank == 0 else "",
-            "tokens": str(files["tokens"]) if rank == PARTIES - 1 else "",
+            "tokens": str(files["tokens"]) if rank == parties - 1 else "",
             "rows": [model.rows, model.sequence, vocab + 1],
             "plan": str(files["plan"]) if plan == "tuned" else "",
             "logits": str(files["out"]) if rank == 0 else "",
         }
 
-    parties = run_parties(tmp, pki, f"transformer-{work.name}", spec, timeout=3600)
+    results = run_parties(tmp, pki, f"transformer-{work.name}", spec, timeout=3600)
     out = torch.from_numpy(np.load(files["out"].with_suffix(".bin.npy")))
     kwargs = {"input_ids": torch.from_numpy(ids)}
     if with_mask:
@@ -174,15 +181,15 @@ def run_model(tmp: Path, pki: dict[str, dict[str, str]], model: Model, plan: str
         expected = sequence_model.model(**kwargs).logits
     agree = (out.argmax(-1) == expected.argmax(-1)).double().mean()
     return {
-        "seconds": max(p["seconds"] for p in parties),
-        "rounds": max(p["rounds"] for p in parties),
-        "mib": [p["bytes"] / MIB for p in parties],
-        "peak_mib": [p["peak_rss"] / MIB for p in parties],
+        "seconds": max(p["seconds"] for p in results),
+        "rounds": max(p["rounds"] for p in results),
+        "mib": [p["bytes"] / MIB for p in results],
+        "peak_mib": [p["peak_rss"] / MIB for p in results],
         "error": float((out - expected).abs().max()),
         "agreement": float(agree),
         "prepare_seconds": prepared,
         "predicted_ratio": (tuned_x.crypten_seconds / tuned_x.seconds) if tuned_x else None,
-        "ops": parties[0]["ops"],
+        "ops": results[0]["ops"],
     }
 
 
@@ -262,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, nargs="*", help="model indexes (0 small BERT, ...)")
     parser.add_argument("--no-base", action="store_true", help="leave out the BERT-base row")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument(
+        "--parties",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also run the first model, tuned, at each of these party counts (2-4)",
+    )
     args = parser.parse_args(argv)
     figures: list[dict[str, Any]] = []
     chosen = [m for i, m in enumerate(MODELS) if args.only is None or i in args.only]
@@ -276,12 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     with tempfile.TemporaryDirectory(prefix="mpcml-bench-transformers-") as tmp:
-        pki = make_pki(Path(tmp) / "pki", [f"party{i}" for i in range(PARTIES)])
+        pki = make_pki(
+            Path(tmp) / "pki", [f"party{i}" for i in range(max([PARTIES, *args.parties]))]
+        )
         for model in chosen:
             base: dict[str, Any] | None = None
             for plan in ("crypten", "tuned"):
                 r = run_model(Path(tmp), pki, model, plan)
-                figures.append({"model": model.name, "plan": plan, **r})
+                figures.append({"model": model.name, "plan": plan, "parties": PARTIES, **r})
                 base = base or r
                 ratio = base["seconds"] / r["seconds"]
                 mib = "/".join(f"{m:.0f}" for m in r["mib"])
@@ -300,6 +316,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"agreement lost: {ratio:.2f}x, {100 * lost:.1f} points {verdict} (tuner's "
                 f"predicted non-linear saving {r['predicted_ratio']:.2f}x)"
             )
+        if args.parties:
+            print(f"\n{chosen[0].name}, tuned, against the parties (the last holds the tokens)")
+            for n in args.parties:
+                r = run_model(Path(tmp), pki, chosen[0], "tuned", n)
+                figures.append({"model": chosen[0].name, "plan": "tuned", "parties": n, **r})
+                mib = "/".join(f"{m:.0f}" for m in r["mib"])
+                peak = "/".join(f"{m:.0f}" for m in r["peak_mib"])
+                print(
+                    f"{n} parties{'':<37} {'tuned':<14} {r['seconds']:>8.2f} {'':>9} "
+                    f"{r['rounds']:>7} {mib:>20} {peak:>20} {r['error']:>8.4f} "
+                    f"{r['agreement']:>6.3f}",
+                    flush=True,
+                )
     print("published, for scale (other hardware, trained models):")
     for line in PUBLISHED:
         print(f"  {line}")

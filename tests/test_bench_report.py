@@ -1,7 +1,8 @@
-"""bench/report.py on its smallest workload, through the daemons, so that the report cannot rot.
+"""bench/report.py on its smallest workloads, through the daemons, so that the report cannot rot.
 
-Logistic regression (2 epochs) trained by mpcml's default on the emulated WAN: real daemons,
-real TLS, the same code `make bench` runs, written to a folder of the test's own.
+Logistic regression (2 epochs) trained by mpcml's default on the emulated WAN, and the daemon
+jobs of bench/consortium.py at 2 and 3 parties: real daemons, real TLS, the same code
+`make bench` runs, written to a folder of the test's own.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def test_the_smoke_report_trains_on_the_emulated_wan_and_writes_tables_plots_and
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "REPORT.md").read_text()
     results = json.loads((tmp_path / "results.json").read_text())
-    (wan,) = (r["figures"] for r in results)
+    wan, consortium = (r["figures"] for r in results)
     assert wan["network"] == "rtt=40ms,bandwidth=352mbit"
     fused = wan["ours"]["0"]["fused"]
     # Trained for real: the secure model matches plaintext's accuracy on the test rows.
@@ -40,5 +41,41 @@ def test_the_smoke_report_trains_on_the_emulated_wan_and_writes_tables_plots_and
     assert "python bench/train.py --network rtt=40ms,bandwidth=352mbit" in report
     assert "![training.png](report/training.png)" in report
     assert "| logreg, breast cancer | fused |" in report  # its row against the round-trip floor
-    for png in ("training.png", "training-layers.png", "accuracy.png"):
+    # The daemon jobs at 2 and 3 parties: trained for real, each against plaintext.
+    (two, three) = consortium["sweeps"]["parties, logreg"]
+    assert [two["setting"]["parties"], three["setting"]["parties"]] == [2, 3]
+    for row in (two, three):
+        assert row["accuracy"] >= consortium["plain"]["logreg"] - 0.03, row
+        assert row["rounds"] > 0 and row["seconds"] > 0, row
+    assert "## Where mpcml is slower, and why" in report
+    assert "of the run time is outside the workers' profiled compute" in report
+    for png in ("training.png", "training-layers.png", "accuracy.png", "consortium.png"):
         assert (tmp_path / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_stack_sweep_is_drawn_as_the_time_each_layer_adds_and_explained(
+    tmp_path: Path,
+) -> None:
+    """The stack plot and the "why" lines read the scaling sweep's rows as measured."""
+    sys.path.insert(0, str(ROOT))
+    from bench import report
+
+    def row(stack: str, seconds: float) -> dict[str, object]:
+        return {"setting": {"stack": stack}, "seconds": seconds, "rounds": 1, "floor": 0.0}
+
+    stack = [
+        row("mpcml", 8.0),
+        row("TFP", 5.0),
+        row("TFP, no TLS", 4.5),
+        row("torch PRG", 7.5),
+        row("stock CrypTen", 10.0),
+    ]
+    by_name = {report.SUITES[3].name: {"figures": {"stack": stack}}}
+    lines = "\n".join(report.why(by_name))
+    assert "The dealer costs 3.00 s of 8.00 s" in lines
+    assert "stock CrypTen on gloo 10.00 s (1.25x mpcml's time)" in lines
+    assert "8.00 s against 7.50 s with CrypTen's (insecure) torch generators" in lines
+    assert report.plot_stack(stack, tmp_path) == ["stack.png"]
+    assert (tmp_path / "stack.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A sweep that lacks a row it subtracts draws nothing rather than a wrong bar.
+    assert report.plot_stack(stack[:2], tmp_path / "none") == []
