@@ -40,8 +40,14 @@ class Shaping:
 
     @classmethod
     def parse(cls, text: str) -> Shaping:
-        """`delay=20ms,bandwidth=352mbit`, `rtt=40ms`, ...; an empty text is no shaping."""
+        """`delay=20ms,bandwidth=352mbit`, `rtt=40ms`, ...; empty or "none": no shaping.
+
+        "none" is what `str` gives for no shaping (`delay=0ms` too), so a setting passed on as
+        text reads back.
+        """
         delay, rate = 0.0, 0.0
+        if text.strip().lower() == "none":
+            return cls()
         for part in filter(None, (p.strip().lower() for p in text.split(","))):
             match = _PART.match(part)
             units = _UNITS_BITS if match and match[1] == "bandwidth" else _UNITS_S

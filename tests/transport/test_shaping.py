@@ -17,6 +17,9 @@ def test_settings_are_read_with_units_and_refused_with_the_form() -> None:
     assert Shaping.parse(" Bandwidth=1Gbit ") == Shaping(0.0, 1.25e8)
     assert not Shaping.parse("")
     assert str(Shaping.parse("rtt=40ms,bandwidth=352mbit")) == "delay=20ms,bandwidth=352mbit"
+    # Text passed on reads back, "no shaping" too (a party hands its workers the setting so).
+    for text in ("delay=0ms", "", "rtt=40ms"):
+        assert Shaping.parse(str(Shaping.parse(text))) == Shaping.parse(text)
     for bad in ("delay=20", "latency=5ms", "bandwidth=10ms", "delay=-1ms"):
         with pytest.raises(ShapingError, match="of the form delay=20ms"):
             Shaping.parse(bad)
