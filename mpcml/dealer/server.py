@@ -1,11 +1,13 @@
 """`mpcml dealer`: serves correlated randomness to the parties of each job over mutual TLS.
 
 Per job session it draws one 256-bit key per party from `os.urandom` and hands each party its
-own key once (`Open`). For every tuple rank 0 asks for, it draws every party's shares of it
+own key (`Open`). For every tuple rank 0 asks for, it draws every party's shares of it
 from their keys (`runtime/tuples.py`), computes the true tuple and answers with rank 0's
-correcting share only. It holds every key of a session, so it must not collude with any party
-(the semi-honest, non-colluding dealer of docs/security.md); it never sees an input or an
-output.
+correcting share only. With a `state_dir`, open sessions are kept on disk
+(`dealer/sessions.py`): a dealer restarted mid-job serves them again, and the parties, which
+wait `RESTART_WAIT_S` for it, ask again. It holds every key of a session, so it must not
+collude with any party (the semi-honest, non-colluding dealer of docs/security.md); it never
+sees an input or an output.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +27,13 @@ from prometheus_client import CollectorRegistry
 from mpcml import config as cfg
 from mpcml import metrics
 from mpcml.dealer.metrics import DealerMetrics
+from mpcml.dealer.sessions import SessionFiles
 from mpcml.errors import StatusError
 from mpcml.proto.v1 import dealer_pb2 as pb
 from mpcml.proto.v1 import dealer_pb2_grpc as pb_grpc
 from mpcml.runtime import tuples
 from mpcml.runtime.prg import KEY_BYTES
-from mpcml.runtime.tuples import MAX_MESSAGE_BYTES
+from mpcml.runtime.tuples import CHUNK_BYTES, MAX_MESSAGE_BYTES
 from mpcml.transport.interceptors import RequestGuard
 from mpcml.transport.serving import caller, start_server
 from mpcml.transport.tls import (
@@ -46,16 +50,21 @@ MAX_REQUEST_BYTES = 1 << 20
 """Default `max_message_bytes`: dealer requests carry sizes and session ids, never tensors."""
 
 MAX_ELEMENTS = 2**26
-"""Largest tuple element served (512 MiB of int64): a bigger request is RESOURCE_EXHAUSTED."""
+"""Default `max_tuple_elements`: the most elements of any tensor of a tuple the dealer computes
+(512 MiB of int64); a bigger request is RESOURCE_EXHAUSTED. The dealer holds every party's
+shares of the tuple while computing it: about 3 x parties x this x 8 bytes at the most."""
 SESSION_IDLE_S = 3600.0
 """A session nobody used for this long is forgotten."""
+TOUCH_EVERY_S = 60.0
+"""How often a session in use has its file's time renewed (so a restart keeps it)."""
 
 
 @dataclass(frozen=True)
 class DealerConfig:
     """What `dealer.toml` holds.
 
-    `listen`, `[tls]`, `insecure`, `max_message_bytes`, `metrics_address`.
+    `listen`, `[tls]`, `insecure`, `max_message_bytes`, `metrics_address`, `state_dir`,
+    `max_tuple_elements`.
     """
 
     listen: str
@@ -63,6 +72,10 @@ class DealerConfig:
     max_message_bytes: int = MAX_REQUEST_BYTES
     metrics_address: str = ""
     """HOST:PORT of the Prometheus endpoint (mpcml/dealer/metrics.py); empty: none."""
+    state_dir: Path | None = None
+    """Where open sessions are kept (mpcml/dealer/sessions.py), so that a restarted dealer
+    serves the jobs under way; None: in memory only, and a restart fails every running job."""
+    max_tuple_elements: int = MAX_ELEMENTS
 
     @classmethod
     def load(cls, path: str | Path) -> DealerConfig:
@@ -73,6 +86,8 @@ class DealerConfig:
             tls=cfg.tls_files(data, base),
             max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_REQUEST_BYTES, base),
             metrics_address=metrics.address(data, base),
+            state_dir=cfg.resolve(base, str(data["state_dir"])) if "state_dir" in data else None,
+            max_tuple_elements=cfg.positive_int(data, "max_tuple_elements", MAX_ELEMENTS, base),
         )
 
 
@@ -87,6 +102,8 @@ class Session:
     closed: set[str] = field(default_factory=set)
     """Parties that closed; the session goes when all have (one may finish before another)."""
     used: float = field(default_factory=time.monotonic)
+    touched: float = field(default_factory=time.monotonic)
+    """When its file's time was last renewed."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -98,9 +115,21 @@ def _job(session_id: str) -> dict[str, str]:
 class DealerService(pb_grpc.DealerServicer):
     """The `mpcml.v1.Dealer` service."""
 
-    def __init__(self, insecure: bool = False, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        insecure: bool = False,
+        registry: CollectorRegistry | None = None,
+        files: SessionFiles | None = None,
+        max_elements: int = MAX_ELEMENTS,
+    ) -> None:
         self.insecure = insecure
+        self.files = files
+        self.max_elements = max_elements
         self.sessions: dict[str, Session] = {}
+        if files is not None:
+            for sid, (parties, keys) in files.load(SESSION_IDLE_S).items():
+                self.sessions[sid] = Session(parties, keys)
+                log.info("session %s kept from before the restart", sid, extra=_job(sid))
         self._lock = threading.Lock()
         self.metrics = DealerMetrics(registry or CollectorRegistry(), lambda: len(self.sessions))
         """Counted whether or not anything serves them (`registry` is what the daemon serves)."""
@@ -144,6 +173,8 @@ class DealerService(pb_grpc.DealerServicer):
             if session is None:
                 keys = [os.urandom(KEY_BYTES) for _ in parties]
                 session = Session(parties, keys)
+                if self.files is not None:  # on disk before any key leaves the dealer
+                    self.files.save(request.session_id, parties, keys)
                 self.sessions[request.session_id] = session
                 self.metrics.opened.inc()
                 log.info(
@@ -163,15 +194,17 @@ class DealerService(pb_grpc.DealerServicer):
         now = time.monotonic()
         for sid in [s for s, v in self.sessions.items() if now - v.used > SESSION_IDLE_S]:
             del self.sessions[sid]
+            if self.files is not None:
+                self.files.remove(sid)
 
-    @staticmethod
-    def _limit(*elements: int) -> None:
-        """RESOURCE_EXHAUSTED for a tensor beyond MAX_ELEMENTS (before any is allocated)."""
+    def _limit(self, *elements: int) -> None:
+        """RESOURCE_EXHAUSTED for a tensor beyond the limit (before any is allocated)."""
         largest = max(abs(n) for n in elements)
-        if largest > MAX_ELEMENTS:
+        if largest > self.max_elements:
             raise StatusError(
                 "RESOURCE_EXHAUSTED",
-                f"a tuple of {largest} elements exceeds the dealer's limit of {MAX_ELEMENTS}",
+                f"a tuple of {largest} elements exceeds the dealer's limit of "
+                f"{self.max_elements} (max_tuple_elements in its config)",
             )
 
     def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
@@ -195,6 +228,20 @@ class DealerService(pb_grpc.DealerServicer):
         for r in request.requests:
             self._check(r)
         return pb.TupleReplies(replies=[self._serve(session, r) for r in request.requests])
+
+    def CorrectionChunks(
+        self, request: pb.TupleRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.TupleReply]:
+        """One correction in chunks of at most CHUNK_BYTES of data: the shape in the first."""
+        self._caller(context)
+        session = self._session(request.session_id)
+        self._caller(context, session.parties[0])
+        self._check(request)
+        reply = self._serve(session, request)
+        data = memoryview(reply.data)
+        yield pb.TupleReply(shape=reply.shape, data=bytes(data[:CHUNK_BYTES]))
+        for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+            yield pb.TupleReply(data=bytes(data[start : start + CHUNK_BYTES]))
 
     def _check(self, request: pb.TupleRequest) -> None:
         """INVALID_ARGUMENT or RESOURCE_EXHAUSTED for a tuple the dealer will not compute."""
@@ -225,6 +272,11 @@ class DealerService(pb_grpc.DealerServicer):
             session.tuples += 1
             session.bytes_served += served
             session.used = time.monotonic()
+            touch = self.files is not None and session.used - session.touched > TOUCH_EVERY_S
+            if touch:
+                session.touched = session.used
+        if touch and self.files is not None:
+            self.files.touch(request.session_id)
         self.metrics.tuples.labels(pb.TupleKind.Name(request.kind).lower()).inc()
         self.metrics.bytes.inc(served)
         return reply
@@ -243,6 +295,8 @@ class DealerService(pb_grpc.DealerServicer):
             session.closed.add(identity.name if identity else str(len(session.closed)))
             if len(session.closed) >= len(session.parties):
                 self.sessions.pop(request.session_id, None)
+                if self.files is not None:
+                    self.files.remove(request.session_id)
                 log.info(
                     "session %s closed: %d tuples, %d bytes served",
                     request.session_id,
@@ -265,7 +319,12 @@ def serve(config: DealerConfig, stop: threading.Event) -> None:
     service = (
         pb.DESCRIPTOR.services_by_name["Dealer"].full_name,
         pb_grpc.add_DealerServicer_to_server,
-        DealerService(config.tls is None, registry),
+        DealerService(
+            config.tls is None,
+            registry,
+            SessionFiles(config.state_dir) if config.state_dir is not None else None,
+            config.max_tuple_elements,
+        ),
     )
     server, port, _ = start_server(
         "dealer",
@@ -277,6 +336,13 @@ def serve(config: DealerConfig, stop: threading.Event) -> None:
         max_send_bytes=MAX_MESSAGE_BYTES,
     )
     log.info("dealer listening on %s (port %d)", config.listen, port)
+    if config.state_dir is None:
+        log.warning(
+            "the dealer keeps its sessions in memory only: a restart fails every running job "
+            "(set state_dir in its config to keep them)"
+        )
+    else:
+        log.info("open sessions are kept in %s", config.state_dir)
     endpoint = None
     try:
         endpoint = metrics.serve(config.metrics_address, registry)

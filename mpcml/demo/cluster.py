@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,6 +36,33 @@ PARTIES_DIR = REPO / "parties"
 PARTIES = ("alice", "bob", "carol")
 CLIENT = "analyst"
 STOP_TIMEOUT_S = 10.0
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group `pgid`, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def _await_group_gone(pgid: int, deadline: float) -> None:
+    """Wait until every process of the group is dead (SIGKILLed already), up to `deadline`.
+
+    A killed process lingers for a moment: without the wait, a caller that looks right after
+    `stop()` could still see a job worker. Zombies count as gone: their parent reaps them.
+    """
+    if not Path("/proc/self/stat").exists():
+        return
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 class LocalCluster:
@@ -184,7 +212,7 @@ class LocalCluster:
         """Start (or restart) the dealer process."""
         path = self.workdir / "dealer.toml"
         path.write_text(
-            f'listen = "{self.dealer_address}"\n[tls]\n'
+            f'listen = "{self.dealer_address}"\nstate_dir = "dealer-state"\n[tls]\n'
             'ca = "certs/ca.pem"\ncert = "certs/dealer.pem"\nkey = "certs/dealer.key"\n'
         )
         self._spawn("dealer", ["dealer", "--config", str(path)], {})
@@ -300,11 +328,24 @@ class LocalCluster:
                 process.wait()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)  # workers left behind by a dead daemon
+        for process in signalled:
+            _await_group_gone(process.pid, deadline + STOP_TIMEOUT_S)
 
     def stop(self) -> None:
-        """Stop every process this cluster started, the parties first."""
-        self._stop_together(list(self.parties))
-        self._stop_together(["dealer", "coordinator"])
+        """Stop every process this cluster started, the parties first.
+
+        Ctrl-C is held off meanwhile (on the main thread): a second one must not cut the
+        clean-up short and leave processes behind.
+        """
+        masked = threading.current_thread() is threading.main_thread()
+        if masked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._stop_together(list(self.parties))
+            self._stop_together(["dealer", "coordinator"])
+        finally:
+            if masked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def __enter__(self) -> LocalCluster:
         return self

@@ -9,9 +9,11 @@ dealer for its correcting share, ahead of need where it can guess (`DealerClient
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,8 +28,13 @@ from mpcml.transport.errors import TransportError
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
 
+log = logging.getLogger(__name__)
+
 NAME = "MPCML_DEALER"
 REQUEST_TIMEOUT_S = 120.0
+RESTART_WAIT_S = 30.0
+"""How long a running session waits for a dealer that stopped answering (restarting, with its
+sessions kept in its `state_dir`) before the job fails naming it."""
 
 
 class DealerError(TransportError):
@@ -82,6 +89,10 @@ class DealerClient:
         """Their requests' and replies' serialized size: what the dealer adds to the traffic."""
         self.guessed = 0
         """Tuples whose correction was asked for ahead and used."""
+        self.chunked = 0
+        """Corrections received in chunks (over tuples.CHUNK_BYTES)."""
+        self._held: Guess | None = None
+        """A big guess put off to go alone in the next call."""
         self._lock = threading.Lock()
         self._outbox: queue.Queue[tuple[pb.TupleRequest, Pending] | None] = queue.Queue()
         self._ahead: queue.Queue[Guess | None] = queue.Queue()
@@ -105,16 +116,44 @@ class DealerClient:
     def _call(self, method: Any, request: Any, timeout: float, wait: bool = False) -> Any:
         """One call, its failure a DealerError naming the dealer.
 
-        `wait` waits for a dealer that is not up yet, at Open only: once the session runs, a
-        dealer that went away fails the job at once.
+        `wait` waits for a dealer that is not up yet (at Open). Once the session runs, a dealer
+        that stops answering is waited for up to RESTART_WAIT_S and asked again: a tuple's
+        correction depends only on the session's keys and the tuple's number, so asking twice
+        is safe, and a dealer restarted with its `state_dir` still has the keys.
         """
-        try:
-            return method(request, timeout=timeout, wait_for_ready=wait)
-        except grpc.RpcError as exc:
-            raise DealerError(
-                f"the dealer at {self.endpoint.address} ({self.endpoint.name!r}) failed: "
-                f"{exc.code().name}: {exc.details()}"
-            ) from None
+        deadline = time.monotonic() + RESTART_WAIT_S
+        retried = False
+        while True:
+            try:
+                return method(request, timeout=timeout, wait_for_ready=wait)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                left = deadline - time.monotonic()
+                if code != grpc.StatusCode.UNAVAILABLE or left <= 0:
+                    raise self._error(code, str(exc.details()), retried) from None
+                if not retried:
+                    log.warning(
+                        "the dealer at %s stopped answering (%s); waiting up to %.0f s for it "
+                        "to come back",
+                        self.endpoint.address,
+                        exc.details(),
+                        left,
+                    )
+                wait, retried, timeout = True, True, min(timeout, left)
+
+    def _error(self, code: grpc.StatusCode, details: str, retried: bool) -> DealerError:
+        hint = ""
+        if code == grpc.StatusCode.NOT_FOUND:
+            hint = (
+                " (a dealer restarted without a state_dir forgets its sessions: set state_dir "
+                "in its config, then resume the job)"
+            )
+        elif retried:
+            hint = f" (it did not answer again within {RESTART_WAIT_S:.0f} s)"
+        return DealerError(
+            f"the dealer at {self.endpoint.address} ({self.endpoint.name!r}) failed: "
+            f"{code.name}: {details}{hint}"
+        )
 
     def next_seq(self, request: pb.TupleRequest) -> pb.TupleRequest:
         """Number `request` as the session's next tuple (every rank, in CrypTen's order)."""
@@ -188,7 +227,7 @@ class DealerClient:
                 return
             request, pending = item
             try:
-                reply = self._call(self._stub.Correction, request, REQUEST_TIMEOUT_S)
+                reply = self._fetch(request)
             except DealerError as exc:
                 pending.fail(exc)
                 continue
@@ -200,9 +239,12 @@ class DealerClient:
             chunk = self._next_guesses()
             if chunk is None:
                 return
-            batch = pb.TupleBatch(requests=[g.request for g in chunk])
             try:
-                replies = self._call(self._stub.Corrections, batch, REQUEST_TIMEOUT_S).replies
+                if len(chunk) == 1:  # maybe one big one, in chunks
+                    replies = [self._fetch(chunk[0].request)]
+                else:
+                    batch = pb.TupleBatch(requests=[g.request for g in chunk])
+                    replies = self._call(self._stub.Corrections, batch, REQUEST_TIMEOUT_S).replies
             except DealerError as exc:
                 for guess in chunk:
                     guess.pending.fail(exc)
@@ -211,20 +253,58 @@ class DealerClient:
                 self._count(guess.request.ByteSize() + reply.ByteSize())
                 guess.pending.set(reply)
 
+    def _fetch(self, request: pb.TupleRequest) -> pb.TupleReply:
+        """One correction: in one message, or in chunks when it is over CHUNK_BYTES."""
+        whole = 8 * math.prod(tuples.result_size(request)) <= tuples.CHUNK_BYTES
+        method = self._stub.Correction if whole else self._chunks
+        reply: pb.TupleReply = self._call(method, request, REQUEST_TIMEOUT_S)
+        return reply
+
+    def _chunks(
+        self, request: pb.TupleRequest, timeout: float, wait_for_ready: bool
+    ) -> pb.TupleReply:
+        """CorrectionChunks, put back together (a grpc.RpcError if the stream fails)."""
+        shape: list[int] | None = None
+        parts = []
+        stream = self._stub.CorrectionChunks(
+            request, timeout=timeout, wait_for_ready=wait_for_ready
+        )
+        for chunk in stream:
+            if shape is None:
+                shape = list(chunk.shape)
+            parts.append(chunk.data)
+        with self._lock:
+            self.chunked += 1
+        return pb.TupleReply(shape=shape or [], data=b"".join(parts))
+
     def _next_guesses(self) -> list[Guess] | None:
-        """The next few guesses still wanted, in order (waiting for one); None at the end."""
+        """The next few guesses still wanted, in order (waiting for one); None at the end.
+
+        A guess over CHUNK_BYTES goes alone, in chunks (`_fetch`).
+        """
         chunk: list[Guess] = []
         elements = 0
         while len(chunk) < GUESSES_PER_CALL and elements < ELEMENTS_PER_CALL:
-            try:
-                guess = self._ahead.get(block=not chunk)
-            except queue.Empty:
-                break
+            if self._held is not None:
+                guess: Guess | None = self._held
+                self._held = None
+            else:
+                try:
+                    guess = self._ahead.get(block=not chunk)
+                except queue.Empty:
+                    break
             if guess is None:
                 return None
-            if not guess.dropped:
-                chunk.append(guess)
-                elements += math.prod(tuples.result_size(guess.request))
+            if guess.dropped:
+                continue
+            big = 8 * math.prod(tuples.result_size(guess.request)) > tuples.CHUNK_BYTES
+            if big and chunk:
+                self._held = guess  # the next call's, alone
+                break
+            chunk.append(guess)
+            elements += math.prod(tuples.result_size(guess.request))
+            if big:
+                break
         return chunk
 
     def _count(self, wire_bytes: int) -> None:

@@ -27,6 +27,9 @@ from mpcml.runtime.prg import ChaChaStream
 
 MAX_MESSAGE_BYTES = 512 * 2**20
 """The largest message between a party and the dealer, either way."""
+CHUNK_BYTES = 4 * 2**20
+"""A correction larger than this comes from the dealer in chunks of this size (as the data
+plane's tensors: `transport.options.CHUNK_BYTES`)."""
 OPS = frozenset({"mul", "matmul", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d"})
 CONV_ARGUMENTS = frozenset({"stride", "padding", "dilation", "groups", "output_padding"})
 

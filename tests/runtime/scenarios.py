@@ -82,6 +82,40 @@ def guessed_batches(s: mpcml.Session) -> dict[str, Any]:
     }
 
 
+BIG = (700, 1000)
+"""A product whose correction (5.6 MB) is over the dealer's 4 MiB chunk."""
+
+
+def chunk_inputs() -> list[torch.Tensor]:
+    """Two small and two big tensors, the same in every process."""
+    g = torch.Generator().manual_seed(13)
+    return [torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g)] + [
+        torch.randn(*BIG, generator=g) for _ in range(2)
+    ]
+
+
+def chunked_products(s: mpcml.Session) -> dict[str, Any]:
+    """Two batches of a small, a big and a small product: the big correction in chunks, asked
+    for when needed in the first batch and guessed ahead (alone) in the second."""
+    from mpcml.runtime.provider import DealerProvider, batch_begins
+
+    client = DealerProvider.client
+    assert client is not None
+    a, b, x, y = (crypten.cryptensor(t, src=0) for t in chunk_inputs())
+    outputs = []
+    for _ in range(2):
+        batch_begins()
+        outputs.append(
+            [(a * b).get_plain_text(), (x * y).get_plain_text(), (b * a).get_plain_text()]
+        )
+    return {
+        "small": torch.stack([o[0] for o in outputs] + [o[2] for o in outputs]),
+        "big": torch.stack([o[1] for o in outputs]),
+        "chunked": torch.tensor(client.chunked),
+        "guessed": torch.tensor(client.guessed),
+    }
+
+
 SGD_SHAPES = [(4, 3), (4,), (2, 4), (2,)]
 SGD_SETTINGS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}
 

@@ -41,3 +41,19 @@ def test_guessed_tuples_give_the_plaintext_result(tmp_path: Path, world_size: in
     assert guessed[4] < tuples[4] - 1, (guessed, tuples)
     for r in results[1:]:
         assert r.value["guessed"].sum() == 0, "only rank 0 talks to the dealer"
+
+
+def test_a_correction_over_the_chunk_size_comes_in_chunks_asked_or_guessed(
+    tmp_path: Path,
+) -> None:
+    specs = party_specs(tmp_path, 2, "tests.runtime.scenarios:chunked_products")
+    results = run_specs_on_dealer(tmp_path, specs, timeout=240)
+    for r in results:
+        assert r.ok, f"rank {r.rank}: {r.error_type}: {r.error}\n{r.traceback}"
+    a, b, x, y = scenarios.chunk_inputs()
+    for r in results:
+        assert torch.allclose(r.value["small"], (a * b).expand(4, 4, 3), atol=0.01)
+        assert torch.allclose(r.value["big"], (x * y).expand(2, *scenarios.BIG), atol=0.01)
+    # Rank 0: the big correction in chunks in both batches, the second's guessed ahead.
+    assert int(results[0].value["chunked"]) == 2, results[0].value
+    assert int(results[0].value["guessed"]) == 2, results[0].value

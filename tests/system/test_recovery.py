@@ -2,8 +2,9 @@
 goes on from the last committed round, from every party's own checkpoint, to the result an
 uninterrupted run gives.
 
-Resumed runs draw fresh randomness (new ChaCha20 keys, a new dealer session), so their weights
-match the uninterrupted run's up to fixed-point noise, not bit for bit: within
+A dealer restarted mid-job keeps its sessions (its `state_dir`) and the job goes on after a
+pause. Resumed runs draw fresh randomness (new ChaCha20 keys, a new dealer session), so their
+weights match the uninterrupted run's up to fixed-point noise, not bit for bit: within
 `RESUME_TOLERANCE`, and both within `OUTPUT_TOLERANCE` of plaintext PyTorch.
 """
 
@@ -26,6 +27,7 @@ from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import plaintext_train
 from mpcml.party.worker import HOLD_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.runtime.provider import RESTART_WAIT_S
 from tests.support.relay import Relay
 
 pytestmark = pytest.mark.system
@@ -178,14 +180,35 @@ def test_only_a_failed_job_can_be_resumed(client: Client) -> None:
     assert "is CANCELLED; only a FAILED job can be resumed" in info.value.message
 
 
+def test_a_dealer_killed_and_restarted_mid_training_costs_a_pause_not_the_job(
+    cluster: LocalCluster, client: Client
+) -> None:
+    with _round_2_held(cluster):
+        job = client.submit(_train())
+        _kill_during_round_2(cluster, job, "dealer")
+    # Round 2 now asks the dead dealer for its tuples: the parties wait for it to come back.
+    time.sleep(3)
+    assert job.status().state == cpb.RUNNING
+    cluster.start_dealer()
+    final = job.wait(timeout=240)
+    assert final.state == cpb.COMPLETED, final.reason
+    assert final.resumes == 0 and [r.round for r in job.result().rounds] == [1, 2, 3]
+    assert "stopped answering" in (cluster.logs / "alice.log").read_text()
+    assert "kept from before the restart" in (cluster.logs / "dealer.log").read_text()
+    secure, plain = _weights(job), _plaintext_weights()
+    for key, value in plain.items():
+        assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
+
+
 def test_a_dealer_killed_mid_training_fails_the_job_naming_it_and_a_resume_finishes_it(
     cluster: LocalCluster, client: Client
 ) -> None:
     with _round_2_held(cluster):
         job = client.submit(_train())
         _kill_during_round_2(cluster, job, "dealer")
-    status = job.wait(timeout=FAIL_WITHIN_S)
+    status = job.wait(timeout=FAIL_WITHIN_S + RESTART_WAIT_S)
     assert status.state == cpb.FAILED and "the dealer at" in status.reason, status.reason
+    assert f"did not answer again within {RESTART_WAIT_S:.0f} s" in status.reason, status.reason
     cluster.start_dealer()
     job.resume()
     final = job.wait(timeout=240)

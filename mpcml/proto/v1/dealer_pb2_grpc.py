@@ -51,6 +51,11 @@ class DealerStub:
                 request_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleBatch.SerializeToString,
                 response_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleReplies.FromString,
                 _registered_method=True)
+        self.CorrectionChunks = channel.unary_stream(
+                '/mpcml.v1.Dealer/CorrectionChunks',
+                request_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleRequest.SerializeToString,
+                response_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleReply.FromString,
+                _registered_method=True)
         self.Close = channel.unary_unary(
                 '/mpcml.v1.Dealer/Close',
                 request_serializer=mpcml_dot_v1_dot_dealer__pb2.CloseRequest.SerializeToString,
@@ -66,7 +71,9 @@ class DealerServicer:
     def Open(self, request, context):
         """Join a job's dealer session; returns this party's key. The caller's certificate must name
         `parties[rank]`, and every party must give the same parties. The first Open of a session
-        creates it; its keys are drawn from the operating system's random source.
+        creates it; its keys are drawn from the operating system's random source (and, with the
+        dealer's `state_dir`, kept there until the session closes, so a restarted dealer serves
+        it again).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,8 +83,8 @@ class DealerServicer:
         """Rank 0's correcting share of one tuple of the session. Only rank 0 calls it; the other
         ranks draw all their shares from their keys. Each (seq, tuple) has its own randomness, so
         requests may come in any order and a repeated one gets the same answer. NOT_FOUND for an
-        unknown session, INVALID_ARGUMENT for a malformed tuple, RESOURCE_EXHAUSTED for a tuple of
-        more than 2^26 elements.
+        unknown session, INVALID_ARGUMENT for a malformed tuple, RESOURCE_EXHAUSTED for a tuple
+        with a tensor of more than the dealer's `max_tuple_elements` (default 2^26).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -87,6 +94,16 @@ class DealerServicer:
         """Several corrections in one call: what rank 0 asks for ahead of need (the tuples it
         guesses CrypTen will ask for next). The same checks as Correction, for every request;
         one refused request refuses the call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CorrectionChunks(self, request, context):
+        """One correction in chunks, as tensors travel on the data plane: the first chunk carries
+        the shape, each chunk the next slice of the data (at most 4 MiB), in order. Rank 0 asks
+        this way for a correction over 4 MiB, so no message nears gRPC's size limit whatever the
+        tuple's size. The same checks as Correction.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +134,11 @@ def add_DealerServicer_to_server(servicer, server):
                     servicer.Corrections,
                     request_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleBatch.FromString,
                     response_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleReplies.SerializeToString,
+            ),
+            'CorrectionChunks': grpc.unary_stream_rpc_method_handler(
+                    servicer.CorrectionChunks,
+                    request_deserializer=mpcml_dot_v1_dot_dealer__pb2.TupleRequest.FromString,
+                    response_serializer=mpcml_dot_v1_dot_dealer__pb2.TupleReply.SerializeToString,
             ),
             'Close': grpc.unary_unary_rpc_method_handler(
                     servicer.Close,
@@ -207,6 +229,33 @@ class Dealer:
             '/mpcml.v1.Dealer/Corrections',
             mpcml_dot_v1_dot_dealer__pb2.TupleBatch.SerializeToString,
             mpcml_dot_v1_dot_dealer__pb2.TupleReplies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CorrectionChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mpcml.v1.Dealer/CorrectionChunks',
+            mpcml_dot_v1_dot_dealer__pb2.TupleRequest.SerializeToString,
+            mpcml_dot_v1_dot_dealer__pb2.TupleReply.FromString,
             options,
             channel_credentials,
             insecure,
