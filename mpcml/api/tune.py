@@ -250,6 +250,8 @@ def _free_knobs(
                 yield {"bound": bound}
         else:
             yield {"bound": min(max(abs(lo), abs(hi)), 32.0)}
+    elif name == "relu":  # gelu: the series is fitted on [0, b], b the range's reach
+        yield {"bound": min(max(abs(lo), abs(hi), 2.0), 64.0)}
     elif name == "scaled":  # rsqrt: every even power of two; the domain check keeps those that fit
         for shift in range(-12, 13, 2):
             yield {"shift": float(shift)}

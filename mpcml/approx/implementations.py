@@ -300,6 +300,63 @@ def _gelu_crypten(x: Any, k: Mapping[str, float], dim: int) -> Any:
     return x.mul(inner.tanh().add(1)).div(2)
 
 
+@functools.cache
+def chebyshev_fit(function: str, terms: int, bound: float) -> tuple[float, ...]:
+    """Coefficients c_0..c_terms of sum c_k T_k(v) closest to `function`'s tail on [0, b].
+
+    v = 2 t / b - 1 maps [0, b] onto [-1, 1]. Chebyshev polynomials stay within [-1, 1] there,
+    so in fixed point their coefficients stay small where a power series' would grow by orders
+    of magnitude (and its truncation errors with them).
+    """
+    nodes = torch.cos(torch.pi * (torch.arange(512, dtype=torch.float64) + 0.5) / 512)
+    basis = torch.stack([torch.cos(k * torch.arccos(nodes)) for k in range(terms + 1)], dim=1)
+    target = _TAILS[function]((nodes + 1) * bound / 2)
+    solution = torch.linalg.lstsq(basis, target.unsqueeze(1)).solution.squeeze(1)
+    return tuple(float(c) for c in solution)
+
+
+_TAILS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": lambda t: t * (1 - _phi(t)),
+}
+"""GELU(x) = ReLU(x) - h(|x|) with h(t) = t Phi(-t): smooth in |x| (GELU's kink is all in the
+ReLU) and decaying to 0, so a low-degree series fits it."""
+
+
+def _chebyshev(v: Any, coefficients: tuple[float, ...]) -> Any:
+    """The series sum c_k T_k(v) in one product round per doubling of the degree.
+
+    T_{a+b} = 2 T_a T_b - T_{a-b}: from T_1..T_top, one round of products gives T_top+1..T_2top.
+    """
+    reached = {1: v}
+    top = 1
+    while top < len(coefficients) - 1:
+        lower = list(range(1, top + 1))
+        doubled = products([reached[top]] * top, [reached[b] for b in lower])
+        for b, product in zip(lower, doubled, strict=True):
+            rest = reached[top - b] if top - b else 1.0
+            reached[top + b] = product.mul(2).sub(rest)
+        top *= 2
+    # The sum in whole units of 2^-16 and one division: a product by a public integer is
+    # exact and local, where each product by a fraction would be a truncation (a round of
+    # messages among three or more parties).
+    total = v.mul(round(coefficients[1] * SERIES_UNITS))
+    for k in range(2, len(coefficients)):
+        total = total.add(reached[k].mul(round(coefficients[k] * SERIES_UNITS)))
+    return total.div(SERIES_UNITS).add(coefficients[0])
+
+
+SERIES_UNITS = 2**16
+"""A series' coefficients are rounded to multiples of 1 / SERIES_UNITS."""
+
+
+def _gelu_relu(x: Any, k: Mapping[str, float], dim: int) -> Any:
+    """ReLU(x) - h(|x|): one comparison (in the ReLU), |x| = 2 ReLU(x) - x, h by Chebyshev."""
+    b = float(k["bound"])
+    relu = x.relu()
+    v = relu.mul(2).sub(x).mul(2 / b).sub(1)  # |x| mapped from [0, b] onto [-1, 1]
+    return relu.sub(_chebyshev(v, chebyshev_fit("gelu", 2 ** int(k["depth"]), b)))
+
+
 IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ("exp", "crypten"): lambda x, k, d: x.exp(),
     ("exp", "limit"): _exp_limit,
@@ -330,6 +387,7 @@ IMPLEMENTATIONS: dict[tuple[str, str], Compute] = {
     ("softmax", "rowmax"): _softmax_rowmax,
     ("gelu", "crypten"): _gelu_crypten,
     ("gelu", "poly"): _poly("gelu"),
+    ("gelu", "relu"): _gelu_relu,
     ("silu", "crypten"): lambda x, k, d: x.mul(x.sigmoid()),
     ("silu", "poly"): _poly("silu"),
     ("erf", "crypten"): lambda x, k, d: x.erf(),

@@ -320,6 +320,19 @@ for _spec in (
         scale="relative1",
     ),
     Spec(
+        "gelu",
+        "relu",
+        "ReLU(x) - h(|x|), h(t) = t Phi(-t) as a Chebyshev series of 2^d terms on [0, b]: "
+        "one comparison (the ReLU's), |x| = 2 ReLU(x) - x, and d rounds of products; no exp, no "
+        "reciprocal",
+        (
+            Knob("depth", 2, 4, 3, doc="d: 2^d terms, one product round each doubling"),
+            Knob("bound", 2.0, 64.0, 8.0, integer=False, structural=False, doc="b"),
+        ),
+        domain=lambda k: (-k["bound"], k["bound"]),
+        scale="relative1",
+    ),
+    Spec(
         "silu",
         "crypten",
         "x sigmoid(x) with CrypTen's sigmoid",
