@@ -383,6 +383,23 @@ def machine() -> str:
     )
 
 
+def commit() -> str:
+    """The checkout's commit (with "+changes" when its tree differs), or "unknown"."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (head + ("+changes" if dirty else "")) or "unknown"
+
+
 def floor_table(figures: dict[str, Any]) -> list[str]:
     """Each WAN training row against its round-trip floor: rounds x delay + bytes / bandwidth.
 
@@ -545,8 +562,15 @@ def write(results: list[dict[str, Any]], command: str, out: Path, pending: int =
     lines = [
         "# mpcml benchmark report",
         "",
-        f"Written by `{command}` on {time.strftime('%Y-%m-%d')}. Machine: {machine()}."
-        + (f" **Incomplete: {pending} suites had not run yet.**" if pending else ""),
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')} at commit {commit()}. "
+        f"Machine: {machine()}."
+        + (f" **Incomplete: {pending} suites had not run yet.**" if pending else "")
+        + (
+            " It reran the sections that give their run time and kept the others from the "
+            "run before it."
+            if any("date" not in r for r in results) and any("date" in r for r in results)
+            else ""
+        ),
         "",
         "Every figure below is printed by the command above its table; rerun it to check it. "
         "Timing noise on a shared 2-core machine is large: compare rows of one run. The WAN "
@@ -577,7 +601,8 @@ def write(results: list[dict[str, Any]], command: str, out: Path, pending: int =
         "",
     ]
     for r in results:
-        lines += [f"## {r['name']}", "", f"`{r['command']}` ({r['seconds']:.0f} s)", ""]
+        when = f", run {r['date']} at {r.get('commit', 'unknown')}" if r.get("date") else ""
+        lines += [f"## {r['name']}", "", f"`{r['command']}` ({r['seconds']:.0f} s{when})", ""]
         if r["returncode"]:
             lines += [f"**Failed** (exit {r['returncode']}):", "", "```", r["error"], "```", ""]
         lines += ["```", r["table"], "```", ""]
@@ -609,6 +634,12 @@ def main(argv: list[str] | None = None) -> int:
         "emulated WAN; daemon jobs at 2 and 3 parties): what the test suite runs so that this "
         "code cannot rot",
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other suites' results from OUT/results.json and rerun only the chosen "
+        "ones (with --only): each section keeps the command and date of its own run",
+    )
     args = parser.parse_args(argv)
     chosen = [s for s in SUITES if s.quick or not (args.quick or args.smoke)]
     if args.smoke:
@@ -620,9 +651,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         chosen = [s for s in chosen if any(s.name.startswith(p) for p in args.only)]
     command = "python bench/report.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    results = []
+    kept: list[dict[str, Any]] = []
+    if args.update and (args.out / "results.json").exists():
+        names = {s.name for s in chosen}
+        kept = [
+            r for r in json.loads((args.out / "results.json").read_text()) if r["name"] not in names
+        ]
+    order = {s.name: i for i, s in enumerate(SUITES)}
+    results = list(kept)
     for k, s in enumerate(chosen):
-        results.append(run(s, args.quick, k + 1, len(chosen), args.smoke))
+        result = run(s, args.quick, k + 1, len(chosen), args.smoke)
+        result["report_command"] = command.strip()
+        result["date"] = time.strftime("%Y-%m-%d %H:%M")
+        result["commit"] = commit()
+        results.append(result)
+        results.sort(key=lambda r: order.get(r["name"], len(order)))
         write(results, command.strip(), args.out, pending=len(chosen) - k - 1)
     print(f"wrote {args.out / 'REPORT.md'}")
     failed = [r["name"] for r in results if r["returncode"]]
