@@ -568,7 +568,7 @@ def write(results: list[dict[str, Any]], command: str, out: Path, pending: int =
         + (
             " It reran the sections that give their run time and kept the others from the "
             "run before it."
-            if any("date" not in r for r in results) and any("date" in r for r in results)
+            if len({(r.get("date"), r.get("commit")) for r in results}) > 1
             else ""
         ),
         "",
