@@ -287,6 +287,8 @@ def plot_scaling(
     """Time against each swept setting (spread as error bars), the round-trip floor beside it."""
     plt = _pyplot()
     sweeps = {k: v for k, v in sweeps.items() if k != "stack"}  # a table, not a curve
+    if not sweeps:
+        return []
     fig, axes = plt.subplots(1, len(sweeps), figsize=(4 * len(sweeps), 3.5), squeeze=False)
     for ax, (sweep, rows) in zip(axes[0], sweeps.items(), strict=True):
         key = "network" if sweep.startswith("delay") else sweep.split(",")[0]
@@ -497,6 +499,16 @@ def why(by_name: dict[str, dict[str, Any]]) -> list[str]:
                 f"- **ChaCha20 share randomness**: {base:.2f} s against {by['torch PRG']:.2f} s "
                 "with CrypTen's (insecure) torch generators."
             )
+    plane = by_name.get("The data plane", {})
+    missed = [line.split("  ")[0] for line in plane.get("table", "").splitlines() if "MISS" in line]
+    if missed:
+        lines.append(
+            f"- **The data plane** misses {len(missed)} of its targets ("
+            + "; ".join(missed)
+            + "): what it pays over gloo and a raw socket is gRPC's Python layer (each message "
+            "serialized to protobuf bytes and handed between threads) and TLS encryption, "
+            "which gloo and the raw socket do without."
+        )
     consortium = by_name.get(CONSORTIUM.name, {}).get("figures")
     if consortium:
         rows = [r for sweep in consortium["sweeps"].values() for r in sweep]
@@ -640,7 +652,19 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the other suites' results from OUT/results.json and rerun only the chosen "
         "ones (with --only): each section keeps the command and date of its own run",
     )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="run nothing: write REPORT.md and the plots again from OUT/results.json (after a "
+        "change to this file's tables, plots or text)",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        results = json.loads((args.out / "results.json").read_text())
+        runs = sorted((r.get("date", ""), r.get("report_command", "")) for r in results)
+        write(results, runs[-1][1] or "python bench/report.py", args.out)
+        print(f"wrote {args.out / 'REPORT.md'}")
+        return 0
     chosen = [s for s in SUITES if s.quick or not (args.quick or args.smoke)]
     if args.smoke:
         chosen = [

@@ -79,3 +79,22 @@ def test_the_stack_sweep_is_drawn_as_the_time_each_layer_adds_and_explained(
     assert (tmp_path / "stack.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A sweep that lacks a row it subtracts draws nothing rather than a wrong bar.
     assert report.plot_stack(stack[:2], tmp_path / "none") == []
+    # --render writes the report again from results.json alone, under the command that ran.
+    result = {
+        "name": report.SUITES[3].name,
+        "command": "python bench/scaling.py",
+        "returncode": 0,
+        "table": "a table",
+        "error": "",
+        "figures": {"stack": stack},
+        "seconds": 1.0,
+        "date": "2026-12-07 10:00",
+        "commit": "abc1234",
+        "report_command": "python bench/report.py --only Scaling",
+    }
+    (tmp_path / "results.json").write_text(json.dumps([result]))
+    assert report.main(["--render", "--out", str(tmp_path)]) == 0
+    rendered = (tmp_path / "REPORT.md").read_text()
+    assert "Written by `python bench/report.py --only Scaling`" in rendered
+    assert "The dealer costs 3.00 s of 8.00 s" in rendered
+    assert "(1 s, run 2026-12-07 10:00 at abc1234)" in rendered
