@@ -136,8 +136,8 @@ def run_model(
     sequence_model = hf.SequenceModel(hf.from_config(model.cls, model.config), model.sequence)
     started = time.monotonic()
     graph = hf.trace(sequence_model)
-    work = tmp / f"{model.name.split(' (')[0].replace(' ', '-')}-{plan}-{parties}"
-    work.mkdir()
+    name = f"{model.name.split(' (')[0].replace(' ', '-')}-{plan}-{parties}-"
+    work = Path(tempfile.mkdtemp(prefix=name, dir=tmp))  # a model may run twice at 3 parties
     vocab = int(sequence_model.model.config.vocab_size)
     ids, mask = _tokens(model, model.rows, seed=0)
     with_mask = "attention_mask" in sequence_model.names()
