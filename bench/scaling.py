@@ -243,10 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("stack: " + "; ".join(f"{name}: {what}" for name, what in STACKS.items()))
     print(
-        "Not swept here: ChaCha20 share randomness against torch's generator (bench/prg.py), "
-        "the gRPC data plane against gloo and raw TCP (bench/transport.py), and the job API "
-        "with the coordinator (bench/train.py's daemon rows against bench/load.py's per-job "
-        "cost)."
+        "Not swept here: the gRPC data plane against gloo and raw TCP (bench/transport.py), "
+        "and the job API with the coordinator (bench/consortium.py: the share of each daemon "
+        "job's time outside the workers' compute)."
     )
     print(f"({time.monotonic() - began:.0f} s)")
     if args.json:
