@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.sessions import run_parties  # noqa: E402
+from bench.sessions import peak_rss, run_parties  # noqa: E402
 from bench.transport import Group  # noqa: E402
 from mpcml.transport.shaping import Shaping  # noqa: E402
 from tests.support.parties import make_pki  # noqa: E402
@@ -79,8 +79,6 @@ QUICK = {
 
 def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
     """One party's epoch: seconds (barrier to barrier), rounds, the bytes it sent, peak memory."""
-    import resource
-
     import crypten
     import crypten.communicator as comm
     import torch
@@ -119,7 +117,7 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
         "seconds": seconds,
         "rounds": after["rounds"] - before["rounds"],
         "bytes": after["bytes"] - before["bytes"],
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": peak_rss(),
     }
 
 

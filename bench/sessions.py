@@ -45,6 +45,23 @@ def open_session(spec: dict[str, Any]) -> Iterator[Any]:
         yield session
 
 
+def peak_rss() -> int:
+    """Peak resident memory of the calling process in bytes: VmHWM, fresh at each exec.
+
+    getrusage's ru_maxrss does not: Linux carries it across fork and exec, so a party started
+    by a driver that had grown (a tuner run on BERT-base) reported the driver's peak.
+    """
+    import resource
+
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def run_parties(
     tmp: Path,
     pki: dict[str, dict[str, str]],

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.sessions import run_parties  # noqa: E402
+from bench.sessions import peak_rss, run_parties  # noqa: E402
 from mpcml.api.tune import tune  # noqa: E402
 from mpcml.graph import hf  # noqa: E402
 from mpcml.graph.tokens import token_rows  # noqa: E402
@@ -195,8 +195,6 @@ def run_model(
 
 def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
     """One party's side: build the graph, share, infer once; seconds, rounds, bytes, memory."""
-    import resource
-
     import crypten
     import crypten.communicator as comm
 
@@ -249,7 +247,7 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
         "seconds": seconds,
         "rounds": after["rounds"] - before["rounds"],
         "bytes": after["bytes"] - before["bytes"] + after["dealer_bytes"] - before["dealer_bytes"],
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": peak_rss(),
         "ops": by_op,
     }
 
