@@ -262,6 +262,17 @@ def _where(ops: dict[str, list[float]], seconds: float, top: int = 5) -> str:
     return "time in: " + ", ".join(parts)
 
 
+def _print_row(label: str, plan: str, ratio: str, r: dict[str, Any]) -> None:
+    """One row of the table: `ratio` already formatted (blank where there is none)."""
+    mib = "/".join(f"{m:.0f}" for m in r["mib"])
+    peak = "/".join(f"{m:.0f}" for m in r["peak_mib"])
+    print(
+        f"{label:<46} {plan:<14} {r['seconds']:>8.2f} {ratio} {r['rounds']:>7} {mib:>20} "
+        f"{peak:>20} {r['error']:>8.4f} {r['agreement']:>6.3f}",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", type=int, nargs="*", help="model indexes (0 small BERT, ...)")
@@ -298,14 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 figures.append({"model": model.name, "plan": plan, "parties": PARTIES, **r})
                 base = base or r
                 ratio = base["seconds"] / r["seconds"]
-                mib = "/".join(f"{m:.0f}" for m in r["mib"])
-                peak = "/".join(f"{m:.0f}" for m in r["peak_mib"])
-                print(
-                    f"{model.name:<46} {plan:<14} {r['seconds']:>8.2f} {ratio:>9.2f} "
-                    f"{r['rounds']:>7} {mib:>20} {peak:>20} {r['error']:>8.4f} "
-                    f"{r['agreement']:>6.3f}",
-                    flush=True,
-                )
+                _print_row(model.name, plan, f"{ratio:>9.2f}", r)
                 print(f"    {_where(r['ops'], r['seconds'])}")
             lost = base["agreement"] - r["agreement"] if base else 0.0
             verdict = "PASS" if ratio >= TARGET and lost <= 0.01 else "MISS"
@@ -319,14 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in args.parties:
                 r = run_model(Path(tmp), pki, chosen[0], "tuned", n)
                 figures.append({"model": chosen[0].name, "plan": "tuned", "parties": n, **r})
-                mib = "/".join(f"{m:.0f}" for m in r["mib"])
-                peak = "/".join(f"{m:.0f}" for m in r["peak_mib"])
-                print(
-                    f"{n} parties{'':<37} {'tuned':<14} {r['seconds']:>8.2f} {'':>9} "
-                    f"{r['rounds']:>7} {mib:>20} {peak:>20} {r['error']:>8.4f} "
-                    f"{r['agreement']:>6.3f}",
-                    flush=True,
-                )
+                _print_row(f"{n} parties", "tuned", f"{'':>9}", r)
     print("published, for scale (other hardware, trained models):")
     for line in PUBLISHED:
         print(f"  {line}")

@@ -209,11 +209,15 @@ class DealerService(pb_grpc.DealerServicer):
 
     def Correction(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> pb.TupleReply:
         """Rank 0's correcting share of one tuple of the session."""
+        return self._serve(self._rank0_session(request, context), request)
+
+    def _rank0_session(self, request: pb.TupleRequest, context: grpc.ServicerContext) -> Session:
+        """The request's session, once the caller is its rank 0 and the tuple is one to serve."""
         self._caller(context)
         session = self._session(request.session_id)
         self._caller(context, session.parties[0])
         self._check(request)
-        return self._serve(session, request)
+        return session
 
     def Corrections(self, request: pb.TupleBatch, context: grpc.ServicerContext) -> pb.TupleReplies:
         """Several corrections: every request is checked before any is computed."""
@@ -233,11 +237,7 @@ class DealerService(pb_grpc.DealerServicer):
         self, request: pb.TupleRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.TupleReply]:
         """One correction in chunks of at most CHUNK_BYTES of data: the shape in the first."""
-        self._caller(context)
-        session = self._session(request.session_id)
-        self._caller(context, session.parties[0])
-        self._check(request)
-        reply = self._serve(session, request)
+        reply = self._serve(self._rank0_session(request, context), request)
         data = memoryview(reply.data)
         yield pb.TupleReply(shape=reply.shape, data=bytes(data[:CHUNK_BYTES]))
         for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):

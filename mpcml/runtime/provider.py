@@ -297,12 +297,13 @@ class DealerClient:
                 return None
             if guess.dropped:
                 continue
-            big = 8 * math.prod(tuples.result_size(guess.request)) > tuples.CHUNK_BYTES
+            size = math.prod(tuples.result_size(guess.request))
+            big = 8 * size > tuples.CHUNK_BYTES
             if big and chunk:
                 self._held = guess  # the next call's, alone
                 break
             chunk.append(guess)
-            elements += math.prod(tuples.result_size(guess.request))
+            elements += size
             if big:
                 break
         return chunk
