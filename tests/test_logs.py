@@ -108,7 +108,7 @@ def _daemon(*args: str) -> subprocess.Popen[str]:
 @pytest.mark.system
 def test_a_daemon_started_with_log_format_json_writes_only_json(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('listen = "127.0.0.1:0"\ndatabase = "c.db"\n')
+    config.write_text('listen = "127.0.0.1:0"\nstore = "c.db"\n')
     daemon = _daemon("coordinator", "--config", str(config), "--insecure", "--log-format", "json")
     try:
         assert daemon.stderr is not None

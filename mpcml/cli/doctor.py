@@ -81,7 +81,7 @@ def read_config(path: str | Path, role: str | None = None) -> Daemon:
         PARTY_ROLE
         if "data_address" in data
         else COORDINATOR_ROLE
-        if "parties" in data or "database" in data
+        if "parties" in data or "store" in data or "database" in data
         else DEALER_ROLE
     )
     if role == PARTY_ROLE:

@@ -86,12 +86,15 @@ class Registry:
         link.connected = False
         return link
 
-    def heartbeat(self, name: str) -> None:
-        """Note that `name` is alive."""
+    def heartbeat(self, name: str, running: Collection[str] | None = None) -> None:
+        """Note that `name` is alive; `running` replaces the jobs it said it runs at Attach."""
         link = self.links.get(name)
         if link is None or not link.connected:
             raise StatusError("FAILED_PRECONDITION", f"party {name!r} is not attached")
         link.last_seen = self._clock()
+        if running is not None:
+            del link.info.running_jobs[:]
+            link.info.running_jobs.extend(running)
 
     def connected(self) -> dict[str, PartyLink]:
         """The parties attached now."""

@@ -5,6 +5,14 @@ runs up to its `max_concurrent_jobs` at once; later jobs wait), RUNNING when eve
 reported READY, and through its rounds: GO r to every party, round r committed when every party
 reported DONE r. The first failure of any party fails the job and stops the others. Callers
 hold the scheduler's lock.
+
+A coordinator runs a job only while it holds the job's lease in the store (store.py). One that
+starts (a restart, or a standby whose peer stopped renewing) takes over every STARTING or
+RUNNING job whose lease is free, lapsed or its own: it rebuilds the run from the job's events
+(who was ready, who finished, each party's slot and peers) and waits for the parties to attach
+again, which they do by themselves; each hears the current round's GO again, and a worker that
+had already reported that round repeats its report. A party not back within the heartbeat
+timeout fails the job naming it.
 """
 
 from __future__ import annotations
@@ -65,6 +73,14 @@ class Run:
     """(when, reason) of the first failure that only echoes a peer's."""
     starts: dict[str, cpb.StartJob] = field(default_factory=dict)
     """What each party was told to start, to tell it again if it never heard."""
+    slots: dict[str, int] = field(default_factory=dict)
+    """The slot each party's worker took."""
+    absent: set[str] = field(default_factory=set)
+    """A run taken over from a stopped coordinator: the parties that have not attached since."""
+    taken_over: float = 0.0
+    """When this coordinator took the run over."""
+    partial_finish: bool = False
+    """Some party's Finished reached the stopped coordinator only: its metric shares are gone."""
 
     @property
     def public_metrics(self) -> bool:
@@ -76,45 +92,160 @@ class Runs:
     """Every job between STARTING and its end."""
 
     def __init__(
-        self, store: JobStore, registry: Registry, emit: Emit, clock: Callable[[], float]
+        self,
+        store: JobStore,
+        registry: Registry,
+        emit: Emit,
+        clock: Callable[[], float],
+        holder: str = "coordinator",
+        lease_s: float = 30.0,
     ) -> None:
         self.store = store
         self.registry = registry
         self._emit = emit
         self._clock = clock
+        self.holder = holder
+        """Whose name this coordinator's leases carry."""
+        self.lease_s = lease_s
         self._runs: dict[str, Run] = {}
+        self._leases_kept = clock()
 
     def history(self, job_id: str) -> History:
         """The job's progress (`job_history` of its events)."""
         return job_history(self.store.events(job_id))
 
-    def interrupted(self) -> None:
-        """Fail the jobs a previous coordinator was running when it stopped."""
-        for job in self.store.jobs():
-            if job.state in (JobState.STARTING, JobState.RUNNING):
-                self.end(
+    # --- leases and take-overs --------------------------------------------------------------
+
+    def take_over(self) -> None:
+        """Take over every started job nobody runs: its lease is free, lapsed or already ours."""
+        for state in (JobState.STARTING, JobState.RUNNING):
+            for job in self.store.jobs(state):
+                if job.job_id in self._runs or not self.store.claim(
+                    job.job_id, self.holder, self.lease_s
+                ):
+                    continue
+                job = self.store.get(job.job_id)
+                if job.state not in (JobState.STARTING, JobState.RUNNING):  # it ended meanwhile
+                    self.store.release(job.job_id, self.holder)
+                    continue
+                run = self._rebuild(job)
+                self._runs[job.job_id] = run
+                log.warning(
+                    "job %s taken over in round %d (%s): waiting for %s to attach again",
                     job.job_id,
-                    JobState.FAILED,
-                    f"interrupted: the coordinator restarted during round {job.current_round}",
+                    run.round,
+                    job.state.value,
+                    ", ".join(run.parties),
+                    extra={"job_id": job.job_id, "round": run.round},
+                )
+                for name in run.parties:  # parties attached already (a standby's take-over)
+                    link = self.registry.links.get(name)
+                    if link is not None and link.connected:
+                        self.rejoin(link)
+
+    def _rebuild(self, job: Job) -> Run:
+        """The run of a job another coordinator (or this one, before a restart) was running."""
+        spec = jpb.JobSpec.FromString(job.spec)
+        events = self.store.events(job.job_id)
+        history = job_history(events)
+        resume = _resume_round(spec, history)
+        run = Run(
+            job.job_id,
+            spec,
+            list(spec.parties),
+            history.total_rounds,
+            resume_round=resume,
+            round=max(resume, job.current_round) if job.state == JobState.RUNNING else resume,
+            attempt=history.resumes,
+            absent=set(spec.parties),
+            taken_over=self._clock(),
+        )
+        started = [
+            i
+            for i, e in enumerate(events)
+            if e.kind == EventKind.STATE.value and e.data.get("state") == JobState.STARTING.value
+        ]
+        since = events[started[-1] :] if started else []
+        begun = since[0].data if since else {}
+        run.slots = {str(k): int(v) for k, v in begun.get("slots", {}).items()}
+        peers = [cpb.Peer(name=p["name"], address=p["address"]) for p in begun.get("peers", [])]
+        for event in since:
+            party = event.data.get("party", "")
+            if event.kind == EventKind.PARTY_READY.value:
+                run.ready.add(party)
+            elif event.kind == EventKind.PARTY_FINISHED.value:
+                run.finished[party] = cpb.Finished()
+                run.partial_finish = True
+        if job.state == JobState.RUNNING:
+            run.ready = set(run.parties)
+        for rank, name in enumerate(run.parties):
+            run.starts[name] = self._start_message(
+                job, spec, history, run, rank, name, peers, run.slots.get(name, 0)
+            )
+        return run
+
+    def keep_leases(self) -> None:
+        """Renew this coordinator's leases (every third of `lease_s`); drop runs it lost.
+
+        A run is dropped when another coordinator took its lease (this one was too slow to
+        renew) or the job ended there (cancelled through the other coordinator): its workers
+        here are stopped and nothing is written, since the job is no longer this one's.
+        """
+        now = self._clock()
+        if now - self._leases_kept < self.lease_s / 3:
+            return
+        self._leases_kept = now
+        held = self.store.renew(self.holder, self.lease_s)
+        for job_id in list(self._runs):
+            job = self.store.get(job_id)
+            if job_id not in held:
+                self._drop(job_id, "another coordinator took the job over")
+            elif job.state in TERMINAL:
+                self._drop(job_id, job.reason or f"the job ended ({job.state.value})")
+        self.take_over()
+
+    def _drop(self, job_id: str, reason: str) -> None:
+        run = self._runs.pop(job_id)
+        log.error("job %s: %s; this coordinator stops its workers", job_id, reason)
+        self._stop_workers(run, reason, JobState.CANCELLED)
+        self.store.release(job_id, self.holder)
+
+    def _stop_workers(self, run: Run, reason: str, state: JobState) -> None:
+        committed = self.history(run.job_id).committed
+        for name in run.parties:
+            link = self.registry.links.get(name)
+            if link is None or link.jobs.pop(run.job_id, None) is None:
+                continue
+            if state != JobState.COMPLETED:
+                stop = cpb.StopJob(job_id=run.job_id, reason=reason, committed_round=committed)
+                link.send(cpb.Assignment(stop=stop))
+
+    def expire_absent(self) -> None:
+        """Fail a taken-over job whose party has not attached again within the timeout."""
+        timeout = self.registry.heartbeat_timeout
+        for run in list(self._runs.values()):
+            if run.absent and self._clock() - run.taken_over > timeout:
+                names = ", ".join(repr(p) for p in sorted(run.absent))
+                self.fail(
+                    run.job_id,
+                    f"party {names} did not attach again within {timeout:g} s after "
+                    f"coordinator {self.holder!r} took the job over",
                 )
 
     # --- starting and ending ----------------------------------------------------------------
 
     def end(self, job_id: str, state: JobState, reason: str = "") -> None:
         """Move the job to its final state (or FAILED), stop its workers, start waiting jobs."""
+        if job_id in self._runs and not self.store.claim(job_id, self.holder, self.lease_s):
+            self._drop(job_id, "another coordinator took the job over")
+            return
         job = self.store.transition(job_id, state, reason)
         self._emit(job_id, EventKind.STATE, job.current_round, state=state.value, reason=reason)
+        self.store.release(job_id, self.holder)
         run = self._runs.pop(job_id, None)
         if run is None:
             return
-        committed = self.history(job_id).committed
-        for name in run.parties:
-            link = self.registry.links.get(name)
-            if link is None or link.jobs.pop(job_id, None) is None:
-                continue
-            if state != JobState.COMPLETED:
-                stop = cpb.StopJob(job_id=job_id, reason=reason, committed_round=committed)
-                link.send(cpb.Assignment(stop=stop))
+        self._stop_workers(run, reason, state)
         log.info(
             "job %s %s %s",
             job_id,
@@ -174,8 +305,14 @@ class Runs:
                 for link in links
                 if link is not None and link.connected and link.free_slot() is not None
             ]
-            if len(ready) == len(links):
-                self._start(job, spec, ready)
+            if len(ready) < len(links) or not self.store.claim(
+                job.job_id, self.holder, self.lease_s
+            ):
+                continue
+            if self.store.get(job.job_id).state != JobState.PENDING:  # another coordinator's
+                self.store.release(job.job_id, self.holder)
+                continue
+            self._start(job, spec, ready)
 
     def _start(self, job: Job, spec: jpb.JobSpec, links: list[PartyLink]) -> None:
         history = self.history(job.job_id)
@@ -191,28 +328,48 @@ class Runs:
         )
         self._runs[job.job_id] = run
         self.store.transition(job.job_id, JobState.STARTING)
-        self._emit(job.job_id, EventKind.STATE, state=JobState.STARTING.value)
         slots = [link.free_slot() or 0 for link in links]
         peers = [
             cpb.Peer(name=link.info.party, address=port_offset(link.info.data_address, slot))
             for link, slot in zip(links, slots, strict=True)
         ]
+        run.slots = {link.info.party: slot for link, slot in zip(links, slots, strict=True)}
+        self._emit(
+            job.job_id,
+            EventKind.STATE,
+            state=JobState.STARTING.value,
+            slots=run.slots,
+            peers=[{"name": p.name, "address": p.address} for p in peers],
+        )
         for rank, (link, slot) in enumerate(zip(links, slots, strict=True)):
             link.jobs[job.job_id] = slot
-            start = cpb.StartJob(
-                job_id=job.job_id,
-                spec=spec,
-                rank=rank,
-                peers=peers,
-                total_rounds=history.total_rounds,
-                resume_round=resume,
-                checkpoint_digest=history.digests.get(link.info.party, "") if resume else "",
-                attempt=run.attempt,
-                slot=slot,
-                submitter=job.submitter,
-            )
-            run.starts[link.info.party] = start
-            link.send(cpb.Assignment(start=start))
+            name = link.info.party
+            run.starts[name] = self._start_message(job, spec, history, run, rank, name, peers, slot)
+            link.send(cpb.Assignment(start=run.starts[name]))
+
+    @staticmethod
+    def _start_message(
+        job: Job,
+        spec: jpb.JobSpec,
+        history: History,
+        run: Run,
+        rank: int,
+        party: str,
+        peers: list[cpb.Peer],
+        slot: int,
+    ) -> cpb.StartJob:
+        return cpb.StartJob(
+            job_id=job.job_id,
+            spec=spec,
+            rank=rank,
+            peers=peers,
+            total_rounds=history.total_rounds,
+            resume_round=run.resume_round,
+            checkpoint_digest=history.digests.get(party, "") if run.resume_round else "",
+            attempt=run.attempt,
+            slot=slot,
+            submitter=job.submitter,
+        )
 
     # --- parties that come and go -----------------------------------------------------------
 
@@ -224,26 +381,39 @@ class Runs:
         round's GO again; a job the party never started (its StartJob was lost) is started
         again. Otherwise its worker is gone and the job fails.
         """
-        party = link.info.party
         for job_id, slot in old.jobs.items():
             run = self._runs.get(job_id)
-            if run is None:
-                continue
-            if party in run.ready and job_id not in link.info.running_jobs:
-                self.fail(job_id, f"party {party!r} attached again and no longer runs the job")
-                continue
-            log.info(
-                "job %s: party %s attached again; the job goes on",
-                job_id,
-                party,
-                extra={"job_id": job_id, "party": party},
-            )
+            if run is not None:
+                self._rejoin(run, link, slot)
+
+    def rejoin(self, link: PartyLink) -> None:
+        """A party attached to this coordinator: go on with the taken-over runs it is in."""
+        party = link.info.party
+        for run in list(self._runs.values()):
+            if party in run.absent:
+                run.absent.discard(party)
+                self._rejoin(run, link, run.slots.get(party, 0))
+
+    def _rejoin(self, run: Run, link: PartyLink, slot: int) -> None:
+        party, job_id = link.info.party, run.job_id
+        if party in run.finished:  # its worker is done; the others may still report
             link.jobs[job_id] = slot
-            if party not in run.ready:  # the party ignores a StartJob its worker already runs
-                link.send(cpb.Assignment(start=run.starts[party]))
-            elif run.round > run.resume_round and party not in run.done:
-                go = cpb.GoRound(job_id=job_id, round=run.round, attempt=run.attempt)
-                link.send(cpb.Assignment(go=go))
+            return
+        if party in run.ready and job_id not in link.info.running_jobs:
+            self.fail(job_id, f"party {party!r} attached again and no longer runs the job")
+            return
+        log.info(
+            "job %s: party %s attached again; the job goes on",
+            job_id,
+            party,
+            extra={"job_id": job_id, "party": party},
+        )
+        link.jobs[job_id] = slot
+        if party not in run.ready:  # the party ignores a StartJob its worker already runs
+            link.send(cpb.Assignment(start=run.starts[party]))
+        elif run.round > run.resume_round and party not in run.done:
+            go = cpb.GoRound(job_id=job_id, round=run.round, attempt=run.attempt)
+            link.send(cpb.Assignment(go=go))
 
     def stop_unknown(self, link: PartyLink) -> None:
         """Stop the workers a party runs for jobs this coordinator does not run."""
@@ -317,9 +487,13 @@ class Runs:
         )
         go = cpb.GoRound(job_id=run.job_id, round=round, attempt=run.attempt)
         for name in run.parties:
-            self.registry.links[name].send(cpb.Assignment(go=go))
+            link = self.registry.links.get(name)
+            if link is not None and name not in run.absent:  # an absent one hears it on attach
+                link.send(cpb.Assignment(go=go))
 
     def _on_done(self, run: Run, party: str, done: cpb.RoundDone) -> None:
+        if done.round < run.round:  # a repeat: the worker heard that round's GO again
+            return
         if done.round != run.round:
             raise StatusError(
                 "FAILED_PRECONDITION",
@@ -380,7 +554,14 @@ class Runs:
         if set(run.finished) != set(run.parties):
             return
         shares = [s for f in run.finished.values() for s in f.metric_shares]
-        if shares and run.public_metrics:
+        if run.partial_finish and run.public_metrics:
+            log.warning(
+                "job %s: final metrics are lost: a party's shares of them reached only the "
+                "coordinator that stopped",
+                run.job_id,
+                extra={"job_id": run.job_id},
+            )
+        elif shares and run.public_metrics:
             self._emit(run.job_id, EventKind.FINAL_METRICS, run.round, metrics=reconstruct(shares))
         self.end(run.job_id, JobState.COMPLETED)
 

@@ -40,6 +40,8 @@ class Scheduler:
         on_event: Callable[[Event], None] | None = None,
         admins: Collection[str] = (),
         clock: Callable[[], float] = time.monotonic,
+        holder: str = "coordinator",
+        lease_s: float = 30.0,
     ) -> None:
         self.store = store
         self.on_event = on_event
@@ -48,9 +50,14 @@ class Scheduler:
         self._changed = threading.Condition(self._lock)
         self.registry = Registry(roster, heartbeat_timeout, clock)
         self.admission = Admission(store, roster, max_job_rows, admins)
-        self.runs = Runs(store, self.registry, self._event, clock)
+        self.runs = Runs(store, self.registry, self._event, clock, holder, lease_s)
         with self._lock:
-            self.runs.interrupted()
+            self.runs.take_over()
+
+    @property
+    def holder(self) -> str:
+        """The name this coordinator's job leases carry."""
+        return self.runs.holder
 
     def _event(self, job_id: str, kind: EventKind, round: int = 0, **data: Any) -> Event:
         event = self.store.add_event(job_id, kind.value, round, data)
@@ -67,6 +74,7 @@ class Scheduler:
             link, old = self.registry.attach(info)
             if old is not None:
                 self.runs.carry_over(old, link)
+            self.runs.rejoin(link)
             self.runs.stop_unknown(link)
             self.runs.schedule()
             return link.assignments
@@ -91,10 +99,10 @@ class Scheduler:
                 extra={"party": name},
             )
 
-    def heartbeat(self, name: str) -> None:
-        """Note that `name` is alive."""
+    def heartbeat(self, name: str, running: Collection[str] | None = None) -> None:
+        """Note that `name` is alive, and the jobs its workers run (when it says)."""
         with self._lock:
-            self.registry.heartbeat(name)
+            self.registry.heartbeat(name, running)
 
     def peers(self, caller: str) -> list[cpb.PeerEndpoint]:
         """The parties attached now but `caller`: names and addresses only."""
@@ -197,8 +205,13 @@ class Scheduler:
     # --- time -------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Fail jobs of parties whose heartbeats stopped, and echoes whose grace ran out."""
+        """Fail jobs of parties whose heartbeats stopped, and echoes whose grace ran out.
+
+        Also renews this coordinator's job leases, takes over jobs whose coordinator stopped,
+        and fails taken-over jobs whose parties did not come back.
+        """
         with self._lock:
+            self.runs.keep_leases()  # first: a job whose lease is gone is not this one's to fail
             timeout = self.registry.heartbeat_timeout
             for silence in self.registry.silent():
                 name = silence.link.info.party
@@ -207,6 +220,7 @@ class Scheduler:
                         job_id, f"party {name!r} {silence.cause} (timeout {timeout:.0f} s)"
                     )
             self.runs.expire_echoes()
+            self.runs.expire_absent()
 
     def wait_events(self, job_id: str, after: int, timeout: float) -> list[Event]:
         """The job's events after `after`, waiting up to `timeout` for one to arrive."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,8 @@ from mpcml import metrics
 from mpcml.coordinator.metrics import RoundMetrics, SchedulerCollector
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.service import CoordinatorService, PartyControlService
-from mpcml.coordinator.store import SqliteJobStore
+from mpcml.coordinator.sql_store import POSTGRES_SCHEMES, postgres_name
+from mpcml.coordinator.store import open_store
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.interceptors import RequestGuard
@@ -35,7 +37,8 @@ class CoordinatorConfig:
     """What `coordinator.toml` holds."""
 
     listen: str
-    database: Path
+    store: str
+    """A `postgresql://` URL, or the path of the SQLite file (relative to the config's folder)."""
     tls: TLSFiles | None
     roster: tuple[str, ...]
     heartbeat_timeout: float
@@ -45,6 +48,18 @@ class CoordinatorConfig:
     """HOST:PORT of the Prometheus endpoint (mpcml/coordinator/metrics.py); empty: none."""
     admins: tuple[str, ...] = ()
     """Client certificate names that may read, cancel and resume every job, not only their own."""
+    name: str = ""
+    """Who holds the leases of the jobs this coordinator runs (store.py); the host's name by
+    default. Two coordinators on one store need two names; a restarted one keeps its name, so
+    it takes its running jobs back at once."""
+    lease_s: float = 30.0
+    """How long a lease lasts unrenewed: a standby coordinator takes over a job this long after
+    the coordinator running it stopped renewing."""
+
+    @property
+    def store_name(self) -> str:
+        """The store for logs: a URL without its password."""
+        return postgres_name(self.store) if self.store.startswith(POSTGRES_SCHEMES) else self.store
 
     @classmethod
     def load(cls, path: str | Path) -> CoordinatorConfig:
@@ -53,7 +68,7 @@ class CoordinatorConfig:
         roster, admins = (_names(data, key) for key in ("parties", "admins"))
         return cls(
             listen=str(cfg.need(data, "listen", base)),
-            database=cfg.resolve(base, str(data.get("database", "coordinator.db"))),
+            store=_store(data, base),
             tls=cfg.tls_files(data, base),
             roster=roster,
             heartbeat_timeout=float(data.get("heartbeat_timeout_s", 15)),
@@ -61,7 +76,29 @@ class CoordinatorConfig:
             max_job_rows=cfg.positive_int(data, "max_job_rows", MAX_JOB_ROWS, base),
             metrics_address=metrics.address(data, base),
             admins=admins,
+            name=str(data.get("name") or socket.gethostname()),
+            lease_s=_lease_s(data, base),
         )
+
+
+def _store(data: dict[str, Any], base: Path) -> str:
+    if "database" in data:
+        raise cfg.ConfigError(
+            f"the config in {base} sets `database`, which is now `store` (a SQLite file's path "
+            "or a postgresql:// URL): rename the key"
+        )
+    value = str(data.get("store", "coordinator.db"))
+    return value if value.startswith(POSTGRES_SCHEMES) else str(cfg.resolve(base, value))
+
+
+def _lease_s(data: dict[str, Any], base: Path) -> float:
+    try:
+        value = float(data.get("lease_s", 30.0))
+    except (TypeError, ValueError):
+        value = 0.0
+    if value < 1:
+        raise cfg.ConfigError(f"the config in {base}: `lease_s` must be a number of seconds >= 1")
+    return value
 
 
 def _names(data: dict[str, Any], key: str) -> tuple[str, ...]:
@@ -81,8 +118,9 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         )
     if config.tls is not None:
         check_certificate(config.tls, COORDINATOR_ROLE)
-    config.database.parent.mkdir(parents=True, exist_ok=True)
-    store = SqliteJobStore(config.database)
+    if not config.store.startswith(POSTGRES_SCHEMES):
+        Path(config.store).parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(config.store)
     registry = metrics.registry()
     scheduler = Scheduler(
         store,
@@ -91,6 +129,8 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         max_job_rows=config.max_job_rows,
         on_event=RoundMetrics(registry).observe,
         admins=config.admins,
+        holder=config.name,
+        lease_s=config.lease_s,
     )
     registry.register(SchedulerCollector(scheduler))
     guard = RequestGuard(config.max_message_bytes, "max_message_bytes")
@@ -112,7 +152,11 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         "coordinator", config.listen, config.tls, guard, services, max_workers=64
     )
     log.info(
-        "coordinator listening on %s (port %d), jobs in %s", config.listen, port, config.database
+        "coordinator %s listening on %s (port %d), jobs in %s",
+        scheduler.holder,
+        config.listen,
+        port,
+        config.store_name,
     )
     endpoint = None
     try:

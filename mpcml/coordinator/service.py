@@ -168,7 +168,9 @@ class PartyControlService(cgrpc.PartyControlServicer):
         self, request: cpb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> cpb.HeartbeatResponse:
         """Note the party is alive."""
-        self.scheduler.heartbeat(self._party(context, request.party, "act as a party"))
+        self.scheduler.heartbeat(
+            self._party(context, request.party, "act as a party"), request.running_jobs
+        )
         return cpb.HeartbeatResponse()
 
     def ListPeers(

@@ -1,23 +1,27 @@
-"""The job store: every job, its state history and its events, behind one small interface.
+"""The job store: every job, its state history, its events and its lease, behind one interface.
 
-Two implementations with the same behaviour: `MemoryJobStore` (tests, throwaway runs) and
-`SqliteJobStore` (the default: a restarted coordinator still knows every job). The store keeps
+Three implementations with the same behaviour (tests/coordinator/test_store.py runs one contract
+on each): `MemoryJobStore` (tests, throwaway runs) here, and in `sql_store.py` `SqliteJobStore`
+(the default: a restarted coordinator still knows every job) and `PostgresJobStore` (a
+consortium that runs many jobs, or a standby coordinator on the same database). The store keeps
 a job's spec as opaque bytes (a serialized protobuf); it never sees a share or a private input.
+
+The lease: a coordinator runs a job only while it holds the job's lease (`claim`, kept alive by
+`renew`, given up by `release`), so two coordinators on one database never run the same job;
+a lease that is not renewed lapses after its time to live, and another coordinator (or the same
+one, restarted) may take the job over.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Protocol
 
 from typing_extensions import override
@@ -125,6 +129,22 @@ class JobStore(Protocol):
         """The job's events with `seq` greater than `after`."""
         ...
 
+    def claim(self, job_id: str, holder: str, ttl: float) -> bool:
+        """Take the job's lease for `ttl` seconds: True if it was free, lapsed or `holder`'s."""
+        ...
+
+    def renew(self, holder: str, ttl: float) -> set[str]:
+        """Extend every lease `holder` holds (lapsed ones too, if nobody took them); their ids."""
+        ...
+
+    def release(self, job_id: str, holder: str) -> None:
+        """Give up the job's lease if `holder` holds it."""
+        ...
+
+    def close(self) -> None:
+        """Close the database (nothing for the memory store)."""
+        ...
+
 
 def _digest(spec: bytes) -> str:
     return hashlib.sha256(spec).hexdigest()
@@ -167,6 +187,7 @@ class MemoryJobStore(JobStore):
         self._jobs: dict[str, Job] = {}
         self._keys: dict[tuple[str, str], tuple[str, str]] = {}
         self._events: dict[str, list[Event]] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
 
     def _find(self, submitter: str, idempotency_key: str, spec: bytes) -> Job | None:
         found = self._keys.get((submitter, idempotency_key))
@@ -249,190 +270,41 @@ class MemoryJobStore(JobStore):
             self._get(job_id)
             return [e for e in self._events[job_id] if e.seq > after]
 
-
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    n INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT UNIQUE NOT NULL,
-    submitter TEXT NOT NULL,
-    idempotency_key TEXT NOT NULL,
-    spec BLOB NOT NULL,
-    spec_digest TEXT NOT NULL,
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    current_round INTEGER NOT NULL,
-    state_times TEXT NOT NULL,
-    UNIQUE (submitter, idempotency_key)
-);
-CREATE TABLE IF NOT EXISTS events (
-    job_id TEXT NOT NULL REFERENCES jobs (job_id),
-    seq INTEGER NOT NULL,
-    at REAL NOT NULL,
-    kind TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (job_id, seq)
-);
-"""
-
-
-class SqliteJobStore(JobStore):
-    """A JobStore in a SQLite file: jobs survive a coordinator restart."""
-
-    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)  # commits by itself: outside a transaction
-        with self._tx() as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise StoreError(
-                    f"job store {path} has schema version {row[0]}; this "
-                    f"coordinator reads version {SCHEMA_VERSION}"
-                )
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    @override
+    def claim(self, job_id: str, holder: str, ttl: float) -> bool:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            self._get(job_id)
+            now = self._clock()
+            lease = self._leases.get(job_id)
+            if lease is not None and lease[0] != holder and lease[1] > now:
+                return False
+            self._leases[job_id] = (holder, now + ttl)
+            return True
 
+    @override
+    def renew(self, holder: str, ttl: float) -> set[str]:
+        with self._lock:
+            now = self._clock()
+            held = {j for j, (h, _) in self._leases.items() if h == holder}
+            for job_id in held:
+                self._leases[job_id] = (holder, now + ttl)
+            return held
+
+    @override
+    def release(self, job_id: str, holder: str) -> None:
+        with self._lock:
+            if self._leases.get(job_id, ("", 0.0))[0] == holder:
+                del self._leases[job_id]
+
+    @override
     def close(self) -> None:
-        """Close the database."""
-        self._db.close()
+        pass
 
-    @staticmethod
-    def _job(row: tuple[Any, ...]) -> Job:
-        job_id, submitter, key, spec, state, reason, current_round, times = row
-        return Job(
-            job_id,
-            submitter,
-            key,
-            bytes(spec),
-            JobState(state),
-            reason,
-            current_round,
-            json.loads(times),
-        )
 
-    _COLUMNS = "job_id, submitter, idempotency_key, spec, state, reason, current_round, state_times"
+def open_store(location: str, clock: Callable[[], float] = time.time) -> JobStore:
+    """The store at `location`: a `postgresql://` URL, or the path of a SQLite file."""
+    from mpcml.coordinator import sql_store
 
-    def _get(self, db: sqlite3.Connection, job_id: str) -> Job:
-        row = db.execute(f"SELECT {self._COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(f"no job {job_id!r}")
-        return self._job(row)
-
-    def _find(
-        self, db: sqlite3.Connection, submitter: str, idempotency_key: str, spec: bytes
-    ) -> Job | None:
-        row = db.execute(
-            f"SELECT {self._COLUMNS}, spec_digest FROM jobs WHERE submitter = ? AND "
-            "idempotency_key = ?",
-            (submitter, idempotency_key),
-        ).fetchone()
-        if row is None:
-            return None
-        _check_same_spec(submitter, idempotency_key, row[0], row[-1], spec)
-        return self._job(row[:-1])
-
-    @override
-    def find(self, submitter: str, idempotency_key: str, spec: bytes) -> Job | None:
-        with self._tx() as db:
-            return self._find(db, submitter, idempotency_key, spec)
-
-    @override
-    def create(self, submitter: str, idempotency_key: str, spec: bytes) -> tuple[Job, bool]:
-        with self._tx() as db:
-            found = self._find(db, submitter, idempotency_key, spec)
-            if found is not None:
-                return found, False
-            job = _pending_job(submitter, idempotency_key, spec, self._clock())
-            db.execute(
-                "INSERT INTO jobs (job_id, submitter, idempotency_key, spec, spec_digest, state,"
-                " reason, current_round, state_times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job.job_id,
-                    submitter,
-                    idempotency_key,
-                    spec,
-                    _digest(spec),
-                    job.state.value,
-                    "",
-                    0,
-                    json.dumps(job.state_times),
-                ),
-            )
-            return job, True
-
-    @override
-    def get(self, job_id: str) -> Job:
-        with self._tx() as db:
-            return self._get(db, job_id)
-
-    @override
-    def jobs(self, state: JobState | None = None) -> list[Job]:
-        with self._tx() as db:
-            rows = db.execute(f"SELECT {self._COLUMNS} FROM jobs ORDER BY n").fetchall()
-        jobs = [self._job(r) for r in rows]
-        return [j for j in jobs if state is None or j.state == state]
-
-    @override
-    def transition(self, job_id: str, to: JobState, reason: str = "") -> Job:
-        with self._tx() as db:
-            job = self._get(db, job_id)
-            _check_transition(job, to)
-            times = {**job.state_times, to.value: self._clock()}
-            db.execute(
-                "UPDATE jobs SET state = ?, reason = ?, state_times = ? WHERE job_id = ?",
-                (to.value, reason, json.dumps(times), job_id),
-            )
-            return replace(job, state=to, reason=reason, state_times=times)
-
-    @override
-    def set_round(self, job_id: str, round: int) -> Job:
-        with self._tx() as db:
-            job = self._get(db, job_id)
-            db.execute("UPDATE jobs SET current_round = ? WHERE job_id = ?", (round, job_id))
-            return replace(job, current_round=round)
-
-    @override
-    def add_event(
-        self, job_id: str, kind: str, round: int = 0, data: dict[str, Any] | None = None
-    ) -> Event:
-        with self._tx() as db:
-            self._get(db, job_id)
-            (last,) = db.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?", (job_id,)
-            ).fetchone()
-            event = Event(
-                job_id, last + 1, self._clock(), kind, round, json.loads(json.dumps(data or {}))
-            )
-            db.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
-                (job_id, event.seq, event.at, kind, round, json.dumps(event.data)),
-            )
-            return event
-
-    @override
-    def events(self, job_id: str, after: int = 0) -> list[Event]:
-        with self._tx() as db:
-            self._get(db, job_id)
-            rows = db.execute(
-                "SELECT job_id, seq, at, kind, round, data FROM events WHERE "
-                "job_id = ? AND seq > ? ORDER BY seq",
-                (job_id, after),
-            ).fetchall()
-        return [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+    if location.startswith(sql_store.POSTGRES_SCHEMES):
+        return sql_store.PostgresJobStore(location, clock)
+    return sql_store.SqliteJobStore(location, clock)

@@ -77,7 +77,7 @@ class LocalCluster:
         roster_extra: Sequence[str] = (),
         log_level: str = "info",
         max_concurrent_jobs: int = 1,
-        coordinator_settings: Mapping[str, int | list[str]] | None = None,
+        coordinator_settings: Mapping[str, int | str | list[str]] | None = None,
         metrics: bool = False,
         log_format: str = "text",
         network: str = "",
@@ -111,7 +111,7 @@ class LocalCluster:
         self.max_concurrent_jobs = max_concurrent_jobs
         """Every party's; each gets that many consecutive data-plane ports."""
         self.coordinator_settings = dict(coordinator_settings or {})
-        """Extra keys of `coordinator.toml` (its limits)."""
+        """Extra keys of `coordinator.toml` (its limits, its `store`)."""
         self.data_addresses = {
             p: f"127.0.0.1:{port}"
             for p, port in zip(self.parties, ports[2 : 2 + len(self.parties)], strict=True)
@@ -147,8 +147,8 @@ class LocalCluster:
         roster = ", ".join(f'"{p}"' for p in self.roster)
         path.write_text(
             f'listen = "{self.coordinator_address}"\n'
-            f'database = "coordinator.db"\n'
-            f"heartbeat_timeout_s = {self.heartbeat_timeout}\n"
+            + ("" if "store" in self.coordinator_settings else 'store = "coordinator.db"\n')
+            + f"heartbeat_timeout_s = {self.heartbeat_timeout}\n"
             f"parties = [{roster}]\n"
             + "".join(
                 f"{key} = {json.dumps(value)}\n" for key, value in self.coordinator_settings.items()

@@ -72,11 +72,20 @@ def _dealer(start: cpb.StartJob, config: PartyConfig) -> Any:
 
 
 class _Pipe:
+    """The worker's side of the daemon's pipe: reports out, GO messages in.
+
+    A GO for the round the worker last reported means the coordinator did not get the report
+    (it restarted, or another one took the job over): the report is sent again.
+    """
+
     def __init__(self, conn: Connection, job_id: str, party: str) -> None:
         self.conn, self.job_id, self.party = conn, job_id, party
+        self._done: cpb.WorkerReport | None = None
 
     def send(self, **kind: object) -> None:
         report = cpb.WorkerReport(job_id=self.job_id, party=self.party, **kind)  # type: ignore[arg-type]
+        if report.WhichOneof("kind") == "done":
+            self._done = report
         self.conn.send_bytes(report.SerializeToString())
 
     def wait_go(self, round: int) -> None:
@@ -84,6 +93,11 @@ class _Pipe:
             message = cpb.Assignment.FromString(self.conn.recv_bytes())
             if message.WhichOneof("kind") == "go" and message.go.round == round:
                 return
+            done = self._done
+            if message.WhichOneof("kind") == "go" and done and done.done.round == message.go.round:
+                log.info("round %d's GO again: its report is sent again", message.go.round)
+                self.conn.send_bytes(done.SerializeToString())
+                continue
             log.warning("worker ignores an unexpected %s message", message.WhichOneof("kind"))
 
 

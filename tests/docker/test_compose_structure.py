@@ -12,6 +12,7 @@ import pytest
 
 from mpcml.api.jobfile import load as load_job
 from mpcml.cli.main import parser
+from mpcml.coordinator.server import CoordinatorConfig
 from tests.support.compose import COMPOSE_FILE, REPO, load
 
 DOCKER = COMPOSE_FILE.parent
@@ -134,6 +135,29 @@ def test_the_multi_host_overlay_publishes_each_service_and_takes_addresses_from_
         assert certs == "$VAR", f"{name}: certificates must come from the host: {certs}"
         for key, value in (service.get("environment") or {}).items():
             assert str(value).startswith("${"), f"{name}: {key} is not taken from outside"
+
+
+def test_the_postgres_overlay_moves_only_the_coordinators_store_to_a_healthy_postgres(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    overlay = load(DOCKER / "compose.postgres.yml")
+    assert set(overlay["services"]) == {"postgres", "coordinator"}
+    postgres, coordinator = overlay["services"]["postgres"], overlay["services"]["coordinator"]
+    assert re.fullmatch(r"postgres:\d+[-.\w]*", postgres["image"]), postgres["image"]
+    assert _volumes(postgres) == {"/var/lib/postgresql/data": "postgres-data"}
+    assert "postgres-data" in overlay["volumes"]
+    assert "pg_isready" in postgres["healthcheck"]["test"]
+    assert coordinator["depends_on"]["postgres"]["condition"] == "service_healthy"
+    env = coordinator["environment"]
+    user, _, rest = env["MPCML_STORE"].removeprefix("postgresql://").partition("@")
+    assert ":" not in user, "the password belongs in PGPASSWORD, not in the URL"
+    assert rest == f"postgres:5432/{postgres['environment']['POSTGRES_DB']}"
+    assert user == postgres["environment"]["POSTGRES_USER"]
+    password = postgres["environment"]["POSTGRES_PASSWORD"]
+    assert password.startswith("${MPCML_POSTGRES_PASSWORD:?") and env["PGPASSWORD"] == password
+    assert '".[postgres]"' in (DOCKER / "Dockerfile").read_text(), "the image lacks psycopg"
+    monkeypatch.setenv("MPCML_STORE", env["MPCML_STORE"])  # over docker/coordinator.toml's
+    assert CoordinatorConfig.load(DOCKER / "coordinator.toml").store == env["MPCML_STORE"]
 
 
 def test_the_documented_job_file_loads() -> None:

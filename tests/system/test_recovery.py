@@ -3,18 +3,22 @@ goes on from the last committed round, from every party's own checkpoint, to the
 uninterrupted run gives.
 
 A dealer restarted mid-job keeps its sessions (its `state_dir`) and the job goes on after a
-pause. Resumed runs draw fresh randomness (new ChaCha20 keys, a new dealer session), so their
-weights match the uninterrupted run's up to fixed-point noise, not bit for bit: within
-`RESUME_TOLERANCE`, and both within `OUTPUT_TOLERANCE` of plaintext PyTorch.
+pause; so does a coordinator killed and started again, on SQLite or PostgreSQL: it takes its
+running jobs back (their leases are its own) and the parties attach again. Resumed runs draw
+fresh randomness (new ChaCha20 keys, a new dealer session), so their weights match the
+uninterrupted run's up to fixed-point noise, not bit for bit: within `RESUME_TOLERANCE`, and
+both within `OUTPUT_TOLERANCE` of plaintext PyTorch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -23,7 +27,7 @@ import torch
 from mpcml.api.client import Client, ClientError, JobHandle
 from mpcml.api.job import Job
 from mpcml.demo import data, models
-from mpcml.demo.cluster import LocalCluster
+from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 from mpcml.demo.run import plaintext_train
 from mpcml.party.worker import HOLD_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -216,22 +220,46 @@ def test_a_dealer_killed_mid_training_fails_the_job_naming_it_and_a_resume_finis
     assert final.resumes == 1 and [r.round for r in job.result().rounds] == [1, 2, 3]
 
 
-def test_a_coordinator_killed_mid_training_lists_the_job_and_a_resume_finishes_it(
-    cluster: LocalCluster, client: Client
-) -> None:
+def _coordinator_killed_and_started_again(cluster: LocalCluster, client: Client) -> None:
+    """Kill the coordinator in round 2, start it again: the same job goes on to the end."""
     with _round_2_held(cluster):
         job = client.submit(_train())
         _kill_during_round_2(cluster, job, "coordinator")
-    cluster.start_coordinator()
-    cluster.wait_for_parties(client, 60)  # they attach again by themselves
-    status = job.status()
-    assert status.state == cpb.FAILED, status
-    assert "interrupted: the coordinator restarted during round 2" in status.reason
-    assert status.committed_round == 1
-    job.resume()
+        cluster.start_coordinator()
+        cluster.wait_for_parties(client, 60)  # they attach again by themselves
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
+    assert final.resumes == 0
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
+    assert "taken over in round 2" in (cluster.logs / "coordinator.log").read_text()
+    secure, plaintext = _weights(job), _plaintext_weights()
+    for key, expected in plaintext.items():
+        diff = float((secure[key] - expected).abs().max())
+        assert diff < OUTPUT_TOLERANCE, f"{key}: max diff {diff} from plaintext"
+
+
+def test_a_coordinator_killed_mid_training_is_started_again_and_the_job_goes_on(
+    cluster: LocalCluster, client: Client
+) -> None:
+    _coordinator_killed_and_started_again(cluster, client)
+
+
+def test_a_coordinator_on_postgresql_killed_mid_training_takes_its_job_back(
+    pg_url: str, tmp_path: Path
+) -> None:
+    parties = tmp_path / "parties"
+    shutil.copytree(
+        PARTIES_DIR, parties, ignore=shutil.ignore_patterns("state", "results", "certs")
+    )
+    with LocalCluster(
+        tmp_path / "run", parties_dir=parties, coordinator_settings={"store": pg_url}
+    ) as cluster:
+        client = cluster.start()
+        _coordinator_killed_and_started_again(cluster, client)
+        assert (
+            "jobs in postgresql://postgres@127.0.0.1:"
+            in (cluster.logs / "coordinator.log").read_text()
+        )
 
 
 def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(

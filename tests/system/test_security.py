@@ -322,7 +322,7 @@ def test_only_jobs_on_the_insecure_provider_carry_its_warning(client: Client) ->
 
 def test_insecure_daemons_say_so_on_start(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('listen = "127.0.0.1:0"\ndatabase = "c.db"\n')
+    config.write_text('listen = "127.0.0.1:0"\nstore = "c.db"\n')
     daemon = subprocess.Popen(
         [
             sys.executable,
