@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import socket
 import ssl
 import sys
@@ -72,6 +73,8 @@ class Daemon:
     coordinator_name: str = "coordinator"
     dealer: str = ""
     dealer_name: str = "dealer"
+    store: str = ""
+    """The coordinator's job store: a SQLite file's path or a postgresql:// URL."""
 
 
 def read_config(path: str | Path, role: str | None = None) -> Daemon:
@@ -103,7 +106,11 @@ def read_config(path: str | Path, role: str | None = None) -> Daemon:
 
         coordinator = CoordinatorConfig.load(path)
         return Daemon(
-            COORDINATOR_ROLE, "coordinator", coordinator.tls, reachable(coordinator.listen)
+            COORDINATOR_ROLE,
+            "coordinator",
+            coordinator.tls,
+            reachable(coordinator.listen),
+            store=coordinator.store,
         )
     from mpcml.dealer.server import DealerConfig
 
@@ -335,11 +342,40 @@ def _data_port(peer: cpb.PeerEndpoint) -> Finding:
         )
 
 
+def check_store(store: str) -> Finding:
+    """The coordinator's job store opens (a SQLite file is not created if it is missing)."""
+    from mpcml.coordinator.sql_store import POSTGRES_SCHEMES, postgres_name
+    from mpcml.coordinator.store import StoreError, open_store
+
+    postgres = store.startswith(POSTGRES_SCHEMES)
+    name = postgres_name(store) if postgres else store
+    if not postgres and not Path(store).exists():
+        folder = Path(store).parent
+        if os.access(folder, os.W_OK) or not folder.exists():
+            return Finding(OK, "job store", f"{name} does not exist yet: the coordinator makes it")
+        return Finding(FAIL, "job store", f"cannot create {name}", f"make {folder} writable")
+    try:
+        opened = open_store(store)
+    except (StoreError, OSError) as exc:
+        fix = (
+            "check the URL, that PostgreSQL runs there, and the password (PGPASSWORD)"
+            if postgres
+            else "check the file's owner and mode"
+        )
+        return Finding(FAIL, "job store", str(exc), fix)
+    try:
+        return Finding(OK, "job store", f"{name}: {len(opened.jobs())} jobs")
+    finally:
+        opened.close()
+
+
 def run_checks(daemon: Daemon) -> list[Finding]:
     """Every check that applies to the daemon."""
     found = check_certificate(daemon)
     if daemon.own_address:
         found += probe(f"this {daemon.role}", daemon.own_address, daemon.name, daemon.tls)
+    if daemon.store:
+        found.append(check_store(daemon.store))
     if daemon.role != PARTY_ROLE:
         return found
     found += probe("coordinator", daemon.coordinator, daemon.coordinator_name, daemon.tls)

@@ -1,12 +1,24 @@
-"""`mpcml doctor`'s certificate checks: each problem is found, named, and comes with a fix."""
+"""`mpcml doctor`'s checks (certificates, addresses, the coordinator's job store): each problem
+is found, named, and comes with a fix."""
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import socket
 from pathlib import Path
 
-from mpcml.cli.doctor import FAIL, OK, WARN, Daemon, Finding, check_certificate, probe
+from mpcml.cli.doctor import (
+    FAIL,
+    OK,
+    WARN,
+    Daemon,
+    Finding,
+    check_certificate,
+    check_store,
+    probe,
+)
+from mpcml.coordinator.sql_store import SqliteJobStore
 from mpcml.security import certs
 from mpcml.transport.tls import TLSFiles
 
@@ -68,3 +80,27 @@ def test_an_address_where_nothing_listens_fails_naming_the_port(tmp_path: Path) 
     [finding] = probe("coordinator", f"127.0.0.1:{port}", "coordinator", daemon.tls)
     assert finding.level == FAIL and f"nothing listens on port {port}" in finding.detail
     assert "start the coordinator" in finding.fix
+
+
+def test_the_coordinators_store_is_checked_without_creating_it(tmp_path: Path) -> None:
+    missing = tmp_path / "state" / "jobs.db"
+    finding = check_store(str(missing))
+    assert finding.level == OK and "does not exist yet" in finding.detail
+    assert not missing.exists() and not missing.parent.exists()
+    SqliteJobStore(tmp_path / "jobs.db").close()
+    finding = check_store(str(tmp_path / "jobs.db"))
+    assert finding.level == OK and finding.detail.endswith(": 0 jobs")
+
+
+def test_an_unreachable_postgresql_store_fails_with_a_fix_and_no_password() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    finding = check_store(f"postgresql://mpcml:s3cret@127.0.0.1:{port}/jobs")
+    assert finding.level == FAIL and "PGPASSWORD" in finding.fix
+    assert "s3cret" not in finding.detail + finding.fix
+
+
+def test_a_postgresql_store_that_answers_passes(pg_url: str) -> None:
+    finding = check_store(pg_url)
+    assert finding.level == OK and finding.detail.endswith(": 0 jobs"), finding
