@@ -126,6 +126,9 @@ class DealerService(pb_grpc.DealerServicer):
         self.files = files
         self.max_elements = max_elements
         self.sessions: dict[str, Session] = {}
+        self._secret = files.secret() if files is not None else os.urandom(KEY_BYTES)
+        """Whence a job's keys derive; kept in `state_dir`, or new at every start without one."""
+        self.tag = tuples.secret_tag(self._secret)
         if files is not None:
             for sid, (parties, keys) in files.load(SESSION_IDLE_S).items():
                 self.sessions[sid] = Session(parties, keys)
@@ -171,7 +174,12 @@ class DealerService(pb_grpc.DealerServicer):
             self._forget_idle()
             session = self.sessions.get(request.session_id)
             if session is None:
-                keys = [os.urandom(KEY_BYTES) for _ in parties]
+                keys = [
+                    tuples.job_key(self._secret, request.job_id, parties, rank)
+                    if request.job_id
+                    else os.urandom(KEY_BYTES)
+                    for rank in range(len(parties))
+                ]
                 session = Session(parties, keys)
                 if self.files is not None:  # on disk before any key leaves the dealer
                     self.files.save(request.session_id, parties, keys)
@@ -188,7 +196,7 @@ class DealerService(pb_grpc.DealerServicer):
                 "FAILED_PRECONDITION",
                 f"session {request.session_id!r} has parties {session.parties}, not {parties}",
             )
-        return pb.OpenReply(key=session.keys[request.rank])
+        return pb.OpenReply(key=session.keys[request.rank], tag=self.tag)
 
     def _forget_idle(self) -> None:
         now = time.monotonic()
@@ -245,6 +253,11 @@ class DealerService(pb_grpc.DealerServicer):
 
     def _check(self, request: pb.TupleRequest) -> None:
         """INVALID_ARGUMENT or RESOURCE_EXHAUSTED for a tuple the dealer will not compute."""
+        if request.binding and len(request.binding) != KEY_BYTES:
+            raise StatusError(
+                "INVALID_ARGUMENT",
+                f"a binding has {KEY_BYTES} bytes, not {len(request.binding)}",
+            )
         self._limit(math.prod(request.size0), math.prod(request.size1))
         try:
             size = tuples.result_size(request)
@@ -254,7 +267,8 @@ class DealerService(pb_grpc.DealerServicer):
 
     def _serve(self, session: Session, request: pb.TupleRequest) -> pb.TupleReply:
         # Each tuple has its own keys (tuples.tuple_key), so no lock is held while computing.
-        draws = {r: tuples.draw(k, r, request) for r, k in enumerate(session.keys)}
+        keys = [tuples.bound_key(k, request.binding) for k in session.keys]
+        draws = {r: tuples.draw(k, r, request) for r, k in enumerate(keys)}
         share = tuples.correction(request, draws).contiguous()
         log.debug(
             "session %s tuple %d: %s %s of %s and %s",

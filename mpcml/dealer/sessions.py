@@ -6,6 +6,10 @@ needs. Each open session is one file in the dealer's `state_dir`, written whole 
 file, fsync, rename) before the first key leaves the dealer, readable by the dealer's user only,
 and deleted when every party has closed the session or it has gone unused for
 `SESSION_IDLE_S`: a closed session's keys are on disk no longer than in memory.
+
+The folder also keeps the dealer's secret (`SECRET_FILE`), from which the keys of a job's
+sessions derive (`tuples.job_key`): every run of a job, before and after a restart, gets the
+same keys, which a bit-exact resume needs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SUFFIX = ".session"
+SECRET_FILE = "dealer.secret"
+SECRET_BYTES = 32
 
 
 class SessionFiles:
@@ -37,12 +43,27 @@ class SessionFiles:
 
     def save(self, session_id: str, parties: list[str], keys: list[bytes]) -> None:
         """Write the session durably (before any of its keys is handed out)."""
-        path = self._path(session_id)
         data = {"session_id": session_id, "parties": parties, "keys": [k.hex() for k in keys]}
+        self._write(self._path(session_id), json.dumps(data).encode())
+
+    def secret(self) -> bytes:
+        """The dealer's secret: made once, durably, and read back at every start."""
+        path = self.folder / SECRET_FILE
+        with contextlib.suppress(FileNotFoundError):
+            secret = path.read_bytes()
+            if len(secret) == SECRET_BYTES:
+                return secret
+            log.warning("%s is not %d bytes: a new secret replaces it", path, SECRET_BYTES)
+        secret = os.urandom(SECRET_BYTES)
+        self._write(path, secret)
+        return secret
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """Write `data` whole (temporary file, fsync, rename, fsync of the folder), mode 0600."""
         temporary = path.with_suffix(".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

@@ -1,5 +1,6 @@
-"""Files a party must never leave half-written: its outputs and its round checkpoints.
+"""Files a party must never leave half-written: outputs, round checkpoints, job secrets.
 
+A job's secret (`job_secret`) is what every run of the job draws its randomness from.
 A checkpoint holds this party's shares of a training job's state at the end of a round (the
 model's parameters and the optimiser's momentum). It never leaves the party; only its SHA-256
 goes to the coordinator with the round's DONE, and a resume checks the file against that
@@ -21,6 +22,9 @@ import torch
 from mpcml.party.catalogue import DataError
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)\.pt")
+SECRET_FILE = "randomness.key"
+"""This party's secret for a job (`job_secret`), beside the job's checkpoints."""
+SECRET_BYTES = 32
 
 
 def atomic_write(path: Path, write: Any) -> None:
@@ -95,3 +99,27 @@ def discard_uncommitted(directory: Path, committed_round: int) -> None:
         stale = int(match.group(1)) > committed_round if match else path.name.startswith(".")
         if stale and path.is_file():
             path.unlink(missing_ok=True)
+
+
+def job_secret(directory: Path, context: bytes, party: str) -> bytes:
+    """The party's secret for the job in `directory`: made at its first run, read at a resume.
+
+    Every run of the job derives its randomness from it (runtime/prg.py), so a resumed run
+    draws what the first drew. `context` (the job spec's digest) is kept with it: a secret is
+    never used for another job, even one that came under the same id. It stays as long as the
+    job's folder: a worker cannot tell that its job is committed (it may finish before another
+    party reports the last round), so it never deletes it.
+    """
+    path = directory / SECRET_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        secret = os.urandom(SECRET_BYTES)
+        atomic_write(path, lambda f: f.write(secret + context))  # mkstemp: mode 0600
+        return secret
+    if data[SECRET_BYTES:] != context:
+        raise DataError(
+            f"party {party!r}: {path} belongs to another job spec under the same job id; "
+            "this party will not reuse its randomness for it"
+        )
+    return data[:SECRET_BYTES]

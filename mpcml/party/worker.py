@@ -10,6 +10,7 @@ coordinator itself.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import sys
 import time
@@ -20,11 +21,13 @@ from mpcml import logs
 from mpcml.config import ConfigError
 from mpcml.errors import MpcmlError
 from mpcml.party.config import PartyConfig
+from mpcml.party.durable import job_secret
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.transport.address import port_offset
 from mpcml.transport.errors import PeerFailedError
 
 if TYPE_CHECKING:  # the daemon, which imports this module, never loads CrypTen
+    from mpcml.runtime.prg import JobRandomness
     from mpcml.runtime.profile import Profile
     from mpcml.transport.communicator import PeerTraffic
 
@@ -36,13 +39,17 @@ HOLD_FILE = "hold-round-{round}"
 A debugging aid for an operator, and how the tests make a fault land in a round they choose
 whatever the machine's speed: the other parties wait for the held one inside the round.
 """
+HOLD_DONE_FILE = "hold-done-{round}"
+"""While `state_dir/hold-done-N` exists, a worker that has run round N and written its
+checkpoint waits before it reports the round: how a test makes every party compute a round
+that is then not committed."""
 HOLD_POLL_S = 0.1
 
 
-def _hold(config: PartyConfig, job_id: str, round: int) -> None:
-    gate = config.state_dir / HOLD_FILE.format(round=round)
+def _hold(config: PartyConfig, job_id: str, round: int, gate_file: str = HOLD_FILE) -> None:
+    gate = config.state_dir / gate_file.format(round=round)
     if gate.exists():
-        log.warning("job %s: holding before round %d while %s exists", job_id, round, gate)
+        log.warning("job %s: holding at round %d while %s exists", job_id, round, gate)
     while gate.exists():
         time.sleep(HOLD_POLL_S)
 
@@ -69,6 +76,15 @@ def _dealer(start: cpb.StartJob, config: PartyConfig) -> Any:
             f'party {config.name!r} has no dealer: set `dealer = "HOST:PORT"` in its config'
         )
     return DealerEndpoint(config.dealer, config.dealer_name)
+
+
+def _randomness(start: cpb.StartJob, config: PartyConfig) -> JobRandomness:
+    """The job's randomness: every run of the job draws the same (bit-exact resume)."""
+    from mpcml.runtime.prg import JobRandomness
+
+    context = hashlib.sha256(start.spec.SerializeToString(deterministic=True)).digest()
+    secret = job_secret(config.job_state(start.job_id), context, config.name)
+    return JobRandomness(job_id=start.job_id, secret=secret, context=context)
 
 
 class _Pipe:
@@ -170,6 +186,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
             device=config.device,
             dealer=_dealer(start, config),
             network=config.network or None,
+            randomness=_randomness(start, config),
         ) as s:
             traffic = s.traffic
             began = time.perf_counter()
@@ -185,8 +202,10 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                 _hold(config, start.job_id, round)
                 logs.bind(round=round)
                 began = time.monotonic()
+                s.start_round(round)
                 shares = job.run_round(round)
                 digest = job.checkpoint(round)
+                _hold(config, start.job_id, round, HOLD_DONE_FILE)
                 seconds = time.monotonic() - began
                 stats = _stats(job)
                 log.debug("job %s round %d done in %.2f s: %s", start.job_id, round, seconds, stats)
@@ -200,6 +219,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                         **stats,
                     )
                 )
+            s.start_round(start.total_rounds + 1)
             outputs, shares = job.finish()
             sent, rounds = job.stats()
             finished = cpb.Finished(

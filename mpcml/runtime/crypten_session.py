@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -67,6 +67,16 @@ class Session:
         stats["dealer_tuples"] = client.tuples if client is not None else 0
         stats["dealer_bytes"] = client.wire_bytes if client is not None else 0
         return stats
+
+    def start_round(self, round: int) -> None:
+        """Draw `round`'s randomness from its own start (party streams and dealer tuples).
+
+        With `randomness` given to `session`, a resumed run then draws in each round exactly
+        what the first run drew in it.
+        """
+        prg.start_round(round)
+        if DealerProvider.client is not None:
+            DealerProvider.client.start_round(round)
 
     def reset_communication_stats(self) -> None:
         """Zero CrypTen's counters and the dealer's."""
@@ -138,6 +148,7 @@ def session(
     chunk_bytes: int = options.CHUNK_BYTES,
     dealer: DealerEndpoint | None = None,
     network: Shaping | str | None = None,
+    randomness: prg.JobRandomness | None = None,
 ) -> Iterator[Session]:
     """Run CrypTen as party `rank` of `world_size`, talking to the others only over gRPC.
 
@@ -155,6 +166,9 @@ def session(
 
     `network` (a `Shaping` or its text, `delay=20ms,bandwidth=352mbit`) emulates a slower
     network on this party's inbound streams, for benchmarks (mpcml/transport/shaping.py).
+
+    `randomness` (the job's id and this party's secret for it) makes every run of a job draw
+    the same randomness round by round (`Session.start_round`); without it, keys are fresh.
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
     # Before any connection: a party without its GPU fails alone, with the reason.
@@ -196,14 +210,23 @@ def session(
         try:
             prg.install()  # share randomness from ChaCha20, keys exchanged over mTLS
             _select_provider(dealer, session_id)
+            if dealer is not None:  # first: the run's binding covers the dealer's tag
+                job_id = randomness.job_id if randomness is not None else ""
+                DealerProvider.client = DealerClient(
+                    dealer, tls, session_id, rank, list(names), job_id
+                )
+            if randomness is not None and DealerProvider.client is not None:
+                randomness = replace(randomness, dealer_tag=DealerProvider.client.tag)
+            prg.use(randomness)
             crypten.init(party_name=names[rank], device=device)
-            if dealer is not None:
-                try:
-                    DealerProvider.client = DealerClient(dealer, tls, session_id, rank, list(names))
-                except BaseException:
-                    crypten.uninit()
-                    raise
+            if DealerProvider.client is not None:
+                DealerProvider.client.bind(prg.binding())
         except BaseException as exc:
+            if DealerProvider.client is not None:
+                DealerProvider.client.close()
+                DealerProvider.client = None
+            if crypten.is_initialized():
+                crypten.uninit()
             transport.abort(f"CrypTen failed to start: {exc}")
             raise
         try:

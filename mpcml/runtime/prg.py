@@ -8,16 +8,25 @@ functions (also where CrypTen imported them by name) and the seeding: every gene
 previous party and the global key travel over the session's mutual-TLS data plane, and draws
 come from the keyed ChaCha20 stream of that generator.
 
-Each draw of a stream uses the next nonce (the draw count) from block counter 0, so a stream's
-position is its number of draws, and the same key and draw give the same bytes on CPU (OpenSSL,
-through `cryptography`) and on CUDA (the torch kernel below).
+Each draw of a stream uses the next nonce (the draw count, and the round) from block counter 0,
+so a stream's position is its round and its number of draws in it, and the same key and draw
+give the same bytes on CPU (OpenSSL, through `cryptography`) and on CUDA (the torch kernel below).
+
+A job's runs draw the same randomness round by round (bit-exact resume, docs/failures.md): with
+`JobRandomness` the keys derive from the party's per-job secret and the run's binding (what the
+parties agree at start-up from each one's secret tag, the job and the dealer's tag), and every
+stream goes to its round's start at `start_round`. When any party's secret or the dealer's
+secret changed, the binding does, and so does every key: either all is drawn as before, or
+nothing is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,9 +41,9 @@ _MASK = 0xFFFFFFFF
 _CONSTANTS = (0x61707865, 0x3320646E, 0x79622D32, 0x6B206574)  # "expand 32-byte k"
 
 
-def _nonce(draw: int) -> bytes:
-    """The 96-bit nonce of draw number `draw`."""
-    return draw.to_bytes(8, "little") + bytes(4)
+def _nonce(draw: int, round: int = 0) -> bytes:
+    """The 96-bit nonce of draw number `draw` of `round`."""
+    return draw.to_bytes(8, "little") + round.to_bytes(4, "little")
 
 
 _CHUNK = 4 * 2**20
@@ -113,15 +122,23 @@ class ChaChaStream:
             raise ValueError(f"a ChaCha20 key has {KEY_BYTES} bytes, got {len(key)}")
         self._key = key
         self.draws = 0
+        self.round = 0
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # never the key
-        return f"ChaChaStream(draws={self.draws})"
+        return f"ChaChaStream(round={self.round}, draws={self.draws})"
+
+    def start_round(self, round: int) -> None:
+        """Go to the first draw of `round`: a round's draws do not depend on earlier rounds'."""
+        if not 0 <= round < 2**32:
+            raise ValueError(f"a round is a number from 0 to 2^32 - 1, not {round}")
+        with self._lock:
+            self.round, self.draws = round, 0
 
     def random_bytes(self, nbytes: int, device: Any = None) -> torch.Tensor:
         """The next draw, as a uint8 tensor on `device`."""
         with self._lock:
-            nonce = _nonce(self.draws)
+            nonce = _nonce(self.draws, self.round)
             self.draws += 1
         device = torch.device("cpu") if device is None else torch.device(device)
         if device.type == "cpu":
@@ -145,6 +162,52 @@ class PRGError(MpcmlError):
 
 _STREAMS: dict[int, ChaChaStream] = {}
 """id(torch.Generator in crypten.generators) -> the stream that replaces it."""
+
+
+@dataclass(frozen=True)
+class JobRandomness:
+    """What makes every run of a job draw the same randomness (set with `use` before init)."""
+
+    job_id: str
+    secret: bytes = field(repr=False)
+    """This party's secret for the job: 32 bytes it keeps beside its checkpoints."""
+    context: bytes = b""
+    """What else the binding covers: the job spec's digest."""
+    dealer_tag: bytes = b""
+    """The dealer's `OpenReply.tag` (empty without a dealer)."""
+
+
+_JOB: JobRandomness | None = None
+_BINDING = b""
+
+
+def use(job: JobRandomness | None) -> None:
+    """The randomness of the session `crypten.init` sets up next (None: fresh keys)."""
+    global _JOB, _BINDING
+    _JOB, _BINDING = job, b""
+
+
+def binding() -> bytes:
+    """What the parties agreed at set-up for this run: empty without `JobRandomness`."""
+    return _BINDING
+
+
+def _derive(secret: bytes, binding: bytes, name: str) -> bytes:
+    return hashlib.blake2b(
+        binding + name.encode(), key=secret, digest_size=KEY_BYTES, person=b"mpcml-prg"
+    ).digest()
+
+
+def start_round(round: int) -> None:
+    """Every stream, and the torch generators seeded from them, to the start of `round`."""
+    import crypten
+
+    seen: set[int] = set()
+    for stream in _STREAMS.values():
+        if id(stream) not in seen:
+            seen.add(id(stream))
+            stream.start_round(round)
+    _seed_generators(crypten.generators)
 
 
 def _device(value: Any) -> torch.device:
@@ -202,10 +265,11 @@ def _key_tensor(key: bytes) -> torch.Tensor:
 
 
 def _setup_prng() -> None:
-    """Replaces `crypten._setup_prng` with 256-bit keys from os.urandom.
+    """Replaces `crypten._setup_prng` with 256-bit keys from os.urandom, or derived.
 
-    They are exchanged over the data plane like CrypTen's seeds: next to the next party, global
-    from rank 0.
+    With `JobRandomness` they derive from the job's secret and the run's binding. They are
+    exchanged over the data plane like CrypTen's seeds: next to the next party, global from
+    rank 0.
     """
     import crypten
     import crypten.communicator as comm
@@ -219,7 +283,13 @@ def _setup_prng() -> None:
             crypten.generators[name][device] = torch.Generator(device=device)
     c = comm.get()
     rank, world = c.get_rank(), c.get_world_size()
-    next_key = _key_tensor(os.urandom(KEY_BYTES))
+    secret = _agree_binding(c)
+
+    def draw(name: str) -> torch.Tensor:
+        key = os.urandom(KEY_BYTES) if secret is None else _derive(secret, _BINDING, name)
+        return _key_tensor(key)
+
+    next_key = draw("next")
     prev_key = torch.zeros(KEY_BYTES // 8, dtype=torch.int64)
     if world >= 2:
         send = c.isend(next_key, (rank + 1) % world)
@@ -228,16 +298,12 @@ def _setup_prng() -> None:
         recv.wait()
     else:
         prev_key = next_key
-    global_key = _key_tensor(os.urandom(KEY_BYTES) if rank == 0 else bytes(KEY_BYTES))
+    global_key = draw("global") if rank == 0 else _key_tensor(bytes(KEY_BYTES))
     global_key = c.broadcast(global_key, 0)
-    keys = {
-        "prev": prev_key,
-        "next": next_key,
-        "local": _key_tensor(os.urandom(KEY_BYTES)),
-        "global": global_key,
-    }
+    keys = {"prev": prev_key, "next": next_key, "local": draw("local"), "global": global_key}
     log.debug(
-        "ChaCha20 keys drawn; next and previous keys exchanged with ranks %d and %d",
+        "ChaCha20 keys %s; next and previous keys exchanged with ranks %d and %d",
+        "drawn" if secret is None else "derived from the job's secret",
         (rank + 1) % world,
         (rank - 1) % world,
     )
@@ -246,13 +312,44 @@ def _setup_prng() -> None:
         stream = ChaChaStream(key.numpy().tobytes())
         for generator in crypten.generators[name].values():
             _STREAMS[id(generator)] = stream
-    # CrypTen still draws dropout masks from the torch "global" generator itself, and code
-    # beyond the two replaced functions may use any of them: seed each from its own stream, so
-    # that the parties that share a key share a seed (prev with the previous party's next, as
-    # CrypTen's test_przs_generators checks) and no generator keeps torch's fixed default seed.
-    for name in keys:
-        seed = int(_STREAMS[id(crypten.generators[name][devices[0]])].ring((1,)).item())
-        for generator in crypten.generators[name].values():
+    _seed_generators(crypten.generators)
+
+
+def _agree_binding(c: Any) -> bytes | None:
+    """With `JobRandomness`: the run's binding, from every party's secret tag; its secret."""
+    global _BINDING
+    job = _JOB
+    if job is None:
+        return None
+    from mpcml.runtime.tuples import secret_tag
+
+    tags = c.all_gather(_key_tensor(secret_tag(job.secret)))
+    parts = [job.job_id.encode(), job.context, job.dealer_tag]
+    parts += [t.numpy().tobytes() for t in tags]
+    data = b"".join(len(p).to_bytes(4, "little") + p for p in parts)
+    _BINDING = hashlib.blake2b(data, digest_size=KEY_BYTES, person=b"mpcml-binding").digest()
+    log.debug(
+        "run binding %s: spec %s, dealer %s, parties %s",
+        _BINDING.hex()[:12],
+        job.context.hex()[:12],
+        job.dealer_tag.hex()[:12],
+        " ".join(p.hex()[:12] for p in parts[3:]),
+    )
+    return job.secret
+
+
+def _seed_generators(generators: Any) -> None:
+    """Seed each torch generator from its stream's next draw.
+
+    CrypTen still draws dropout masks from the torch "global" generator itself, and code beyond
+    the two replaced functions may use any of them: seeded from their streams, the parties that
+    share a key share a seed (prev with the previous party's next, as CrypTen's
+    test_przs_generators checks) and no generator keeps torch's fixed default seed.
+    """
+    for by_device in generators.values():
+        first = next(iter(by_device.values()))
+        seed = int(_STREAMS[id(first)].ring((1,)).item())
+        for generator in by_device.values():
             generator.manual_seed(seed & (2**63 - 1))
 
 

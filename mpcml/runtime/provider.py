@@ -68,6 +68,7 @@ class DealerClient:
         session_id: str,
         rank: int,
         parties: list[str],
+        job_id: str = "",
     ) -> None:
         self.endpoint = endpoint
         self.session_id = session_id
@@ -104,11 +105,28 @@ class DealerClient:
         self._guesses: dict[int, Guess] = {}
         reply = self._call(
             self._stub.Open,
-            pb.OpenRequest(session_id=session_id, rank=rank, parties=parties),
+            pb.OpenRequest(session_id=session_id, rank=rank, parties=parties, job_id=job_id),
             timeout=30.0,
             wait=True,
         )
+        self._session_key = reply.key
         self.key = reply.key
+        """What this party's draws are keyed by: the session's key, bound to the run (`bind`)."""
+        self.tag = reply.tag
+        """The dealer's tag (`OpenReply.tag`), which the run's binding covers."""
+        self.binding = b""
+
+    def bind(self, binding: bytes) -> None:
+        """Key every tuple from now on to the run's agreed binding (`prg.binding`)."""
+        with self._lock:
+            self.binding = binding
+            self.key = tuples.bound_key(self._session_key, binding)
+
+    def start_round(self, round: int) -> None:
+        """Number the tuples of `round` from round << 32, whatever the rounds before used."""
+        with self._lock:
+            self._seq = round << 32
+            self._drop_guesses()
 
     def __repr__(self) -> str:  # never the key
         return f"DealerClient({self.session_id!r}, rank={self.rank}, seq={self._seq})"
@@ -159,6 +177,7 @@ class DealerClient:
         """Number `request` as the session's next tuple (every rank, in CrypTen's order)."""
         with self._lock:
             request.session_id, request.seq = self.session_id, self._seq
+            request.binding = self.binding
             self._seq += 1
         return request
 

@@ -105,6 +105,24 @@ def tuple_key(key: bytes, seq: int, description: bytes) -> bytes:
     return hashlib.blake2b(data, key=key, digest_size=32, person=b"mpcml-tuple").digest()
 
 
+def bound_key(key: bytes, binding: bytes) -> bytes:
+    """A party's session key bound to its run's agreed `binding` (the key itself when empty)."""
+    if not binding:
+        return key
+    return hashlib.blake2b(binding, key=key, digest_size=32, person=b"mpcml-bind").digest()
+
+
+def job_key(secret: bytes, job_id: str, parties: Sequence[str], rank: int) -> bytes:
+    """The dealer's key for `rank` of a job: the same for every run of the job."""
+    data = "\x00".join([job_id, *parties, str(rank)]).encode()
+    return hashlib.blake2b(data, key=secret, digest_size=32, person=b"mpcml-jobkey").digest()
+
+
+def secret_tag(secret: bytes) -> bytes:
+    """What a secret may show of itself: a digest that changes when it does."""
+    return hashlib.blake2b(secret, digest_size=32, person=b"mpcml-tag").digest()
+
+
 def draw(key: bytes, rank: int, request: pb.TupleRequest, device: Any = None) -> list[torch.Tensor]:
     """The shares `rank` draws from its session `key` for `request` (rank 0 lacks the last)."""
     stream = ChaChaStream(tuple_key(key, request.seq, describe(request)))

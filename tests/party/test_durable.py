@@ -42,3 +42,19 @@ def test_leftovers_and_uncommitted_rounds_are_removed_and_committed_checkpoints_
     discard_uncommitted(tmp_path, 1)
     assert [p.name for p in tmp_path.iterdir()] == [checkpoint_path(tmp_path, 1).name]
     discard_uncommitted(tmp_path / "missing", 0)  # a job that never wrote one
+
+
+def test_a_jobs_secret_is_made_once_kept_private_and_refused_for_another_spec(
+    tmp_path: Path,
+) -> None:
+    import stat
+
+    from mpcml.party.durable import SECRET_FILE, job_secret
+
+    secret = job_secret(tmp_path / "job", b"spec-1", "alice")
+    assert len(secret) == 32
+    assert job_secret(tmp_path / "job", b"spec-1", "alice") == secret
+    assert stat.S_IMODE((tmp_path / "job" / SECRET_FILE).stat().st_mode) == 0o600
+    assert job_secret(tmp_path / "other", b"spec-1", "alice") != secret
+    with pytest.raises(DataError, match="belongs to another job spec under the same job id"):
+        job_secret(tmp_path / "job", b"spec-2", "alice")

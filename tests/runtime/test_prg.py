@@ -102,3 +102,22 @@ def test_copies_of_a_share_draw_no_randomness_and_keep_its_value(tmp_path: Path)
         assert torch.equal(r.value["plain"], expected)
         for copy in r.value["revealed"]:
             assert torch.equal(copy, expected)
+
+
+def test_a_round_draws_the_same_whatever_came_before_it() -> None:
+    key = bytes(range(32))
+    fresh, busy = ChaChaStream(key), ChaChaStream(key)
+    for _ in range(5):
+        busy.random_bytes(64)
+    busy.start_round(3)
+    fresh.start_round(3)
+    assert torch.equal(busy.random_bytes(64), fresh.random_bytes(64))
+    other = ChaChaStream(key)
+    other.start_round(4)
+    assert not torch.equal(other.random_bytes(64), ChaChaStream(key).random_bytes(64))
+    # round 0 is the stream as it always was: nonce = the draw count
+    assert bytes(ChaChaStream(key).random_bytes(64).numpy()) == keystream_openssl(
+        key, (0).to_bytes(12, "little"), 64
+    )
+    with pytest.raises(ValueError, match="a round is a number from 0 to 2"):
+        other.start_round(-1)

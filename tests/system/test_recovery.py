@@ -4,15 +4,21 @@ uninterrupted run gives.
 
 A dealer restarted mid-job keeps its sessions (its `state_dir`) and the job goes on after a
 pause; so does a coordinator killed and started again, on SQLite or PostgreSQL: it takes its
-running jobs back (their leases are its own) and the parties attach again. Resumed runs draw
-fresh randomness (new ChaCha20 keys, a new dealer session), so their weights match the
-uninterrupted run's up to fixed-point noise, not bit for bit: within `RESUME_TOLERANCE`, and
-both within `OUTPUT_TOLERANCE` of plaintext PyTorch.
+running jobs back (their leases are its own) and the parties attach again.
+
+Every run of a job draws the same randomness round by round (the parties' job secrets, the
+dealer's job keys), so a resumed run recomputes a lost round bit for bit: the checkpoints it
+writes are the bytes the interrupted run wrote, and the weights it reveals are what the
+interrupted run's shares add up to. Another job (the reference run) draws other randomness,
+so its weights match up to fixed-point noise: within `RESUME_TOLERANCE`, and both within
+`OUTPUT_TOLERANCE` of plaintext PyTorch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import os
 import shutil
 import signal
@@ -29,7 +35,7 @@ from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 from mpcml.demo.run import plaintext_train
-from mpcml.party.worker import HOLD_FILE
+from mpcml.party.worker import HOLD_DONE_FILE, HOLD_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.runtime.provider import RESTART_WAIT_S
 from tests.support.relay import Relay
@@ -156,6 +162,51 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
         assert diff < RESUME_TOLERANCE, f"{key}: resumed and uninterrupted differ by {diff}"
         assert torch.allclose(secure[key], value, atol=OUTPUT_TOLERANCE), key
     print(f"failed {failed_after:.1f} s after the kill; resumed vs uninterrupted max diff {diff}")
+
+
+def _checkpoint(cluster: LocalCluster, party: str, job: JobHandle, round: int) -> Path:
+    return cluster.workdir / party / "state" / "jobs" / job.id / f"checkpoint-{round}.pt"
+
+
+def test_a_resumed_run_recomputes_the_lost_round_bit_for_bit(
+    cluster: LocalCluster, client: Client
+) -> None:
+    import crypten
+
+    parties = ("alice", "bob", "carol")
+    gate = cluster.workdir / "alice" / "state" / HOLD_DONE_FILE.format(round=3)
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    gate.touch()  # every party runs round 3 and checkpoints it; alice then holds her report
+    try:
+        job = client.submit(_train())
+        paths = {p: _checkpoint(cluster, p, job, 3) for p in parties}
+        deadline = time.monotonic() + 180
+        while not all(path.is_file() for path in paths.values()):
+            assert job.status().state in (cpb.STARTING, cpb.RUNNING), job.status()
+            assert time.monotonic() < deadline, "round 3 was never checkpointed"
+            time.sleep(0.1)
+        interrupted = {p: path.read_bytes() for p, path in paths.items()}
+        cluster.stop_process("bob", signal.SIGKILL)
+        status = job.wait(timeout=FAIL_WITHIN_S)
+    finally:
+        gate.unlink()
+    assert status.state == cpb.FAILED and status.committed_round == 2, status
+
+    _restart(cluster, client, "bob")
+    job.resume()
+    final = job.wait(timeout=240)
+    assert final.state == cpb.COMPLETED, final.reason
+    assert [r.round for r in job.result().rounds] == [1, 2, 3]
+    for party, path in paths.items():  # round 3 again, from round 2's checkpoints
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest == hashlib.sha256(interrupted[party]).hexdigest(), party
+    shares = [torch.load(io.BytesIO(b), weights_only=True)["shares"] for b in interrupted.values()]
+    encoder = crypten.encoder.FixedPointEncoder()
+    secure = _weights(job)
+    for key, value in secure.items():
+        total = shares[0][key] + shares[1][key] + shares[2][key]
+        assert torch.equal(value, encoder.decode(total)), key
+        assert torch.allclose(value, _plaintext_weights()[key], atol=OUTPUT_TOLERANCE), key
 
 
 def test_a_corrupted_checkpoint_is_refused_naming_the_party_and_round(

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15mpcml/v1/dealer.proto\x12\x08mpcml.v1\"@\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0f\n\x07parties\x18\x03 \x03(\t\"\x18\n\tOpenReply\x12\x0b\n\x03key\x18\x01 \x01(\x0c\"\x16\n\x04Ints\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\xef\x01\n\x0cTupleRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.mpcml.v1.TupleKind\x12\r\n\x05size0\x18\x04 \x03(\x03\x12\r\n\x05size1\x18\x05 \x03(\x03\x12\n\n\x02op\x18\x06 \x01(\t\x12\x32\n\x06kwargs\x18\x07 \x03(\x0b\x32\".mpcml.v1.TupleRequest.KwargsEntry\x1a=\n\x0bKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1d\n\x05value\x18\x02 \x01(\x0b\x32\x0e.mpcml.v1.Ints:\x02\x38\x01\")\n\nTupleReply\x12\r\n\x05shape\x18\x01 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"6\n\nTupleBatch\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.mpcml.v1.TupleRequest\"5\n\x0cTupleReplies\x12%\n\x07replies\x18\x01 \x03(\x0b\x32\x14.mpcml.v1.TupleReply\"\"\n\x0c\x43loseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0c\n\nCloseReply*a\n\tTupleKind\x12\x1a\n\x16TUPLE_KIND_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x44\x44ITIVE\x10\x01\x12\n\n\x06SQUARE\x10\x02\x12\n\n\x06\x42INARY\x10\x03\x12\t\n\x05WRAPS\x10\x04\x12\x07\n\x03\x42\x32\x41\x10\x05\x32\xb0\x02\n\x06\x44\x65\x61ler\x12\x32\n\x04Open\x12\x15.mpcml.v1.OpenRequest\x1a\x13.mpcml.v1.OpenReply\x12:\n\nCorrection\x12\x16.mpcml.v1.TupleRequest\x1a\x14.mpcml.v1.TupleReply\x12;\n\x0b\x43orrections\x12\x14.mpcml.v1.TupleBatch\x1a\x16.mpcml.v1.TupleReplies\x12\x42\n\x10\x43orrectionChunks\x12\x16.mpcml.v1.TupleRequest\x1a\x14.mpcml.v1.TupleReply0\x01\x12\x35\n\x05\x43lose\x12\x16.mpcml.v1.CloseRequest\x1a\x14.mpcml.v1.CloseReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15mpcml/v1/dealer.proto\x12\x08mpcml.v1\"P\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\"%\n\tOpenReply\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x0b\n\x03tag\x18\x02 \x01(\x0c\"\x16\n\x04Ints\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x80\x02\n\x0cTupleRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.mpcml.v1.TupleKind\x12\r\n\x05size0\x18\x04 \x03(\x03\x12\r\n\x05size1\x18\x05 \x03(\x03\x12\n\n\x02op\x18\x06 \x01(\t\x12\x32\n\x06kwargs\x18\x07 \x03(\x0b\x32\".mpcml.v1.TupleRequest.KwargsEntry\x12\x0f\n\x07\x62inding\x18\x08 \x01(\x0c\x1a=\n\x0bKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1d\n\x05value\x18\x02 \x01(\x0b\x32\x0e.mpcml.v1.Ints:\x02\x38\x01\")\n\nTupleReply\x12\r\n\x05shape\x18\x01 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"6\n\nTupleBatch\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.mpcml.v1.TupleRequest\"5\n\x0cTupleReplies\x12%\n\x07replies\x18\x01 \x03(\x0b\x32\x14.mpcml.v1.TupleReply\"\"\n\x0c\x43loseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0c\n\nCloseReply*a\n\tTupleKind\x12\x1a\n\x16TUPLE_KIND_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x44\x44ITIVE\x10\x01\x12\n\n\x06SQUARE\x10\x02\x12\n\n\x06\x42INARY\x10\x03\x12\t\n\x05WRAPS\x10\x04\x12\x07\n\x03\x42\x32\x41\x10\x05\x32\xb0\x02\n\x06\x44\x65\x61ler\x12\x32\n\x04Open\x12\x15.mpcml.v1.OpenRequest\x1a\x13.mpcml.v1.OpenReply\x12:\n\nCorrection\x12\x16.mpcml.v1.TupleRequest\x1a\x14.mpcml.v1.TupleReply\x12;\n\x0b\x43orrections\x12\x14.mpcml.v1.TupleBatch\x1a\x16.mpcml.v1.TupleReplies\x12\x42\n\x10\x43orrectionChunks\x12\x16.mpcml.v1.TupleRequest\x1a\x14.mpcml.v1.TupleReply0\x01\x12\x35\n\x05\x43lose\x12\x16.mpcml.v1.CloseRequest\x1a\x14.mpcml.v1.CloseReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,28 +33,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TUPLEREQUEST_KWARGSENTRY']._loaded_options = None
   _globals['_TUPLEREQUEST_KWARGSENTRY']._serialized_options = b'8\001'
-  _globals['_TUPLEKIND']._serialized_start=597
-  _globals['_TUPLEKIND']._serialized_end=694
+  _globals['_TUPLEKIND']._serialized_start=643
+  _globals['_TUPLEKIND']._serialized_end=740
   _globals['_OPENREQUEST']._serialized_start=35
-  _globals['_OPENREQUEST']._serialized_end=99
-  _globals['_OPENREPLY']._serialized_start=101
-  _globals['_OPENREPLY']._serialized_end=125
-  _globals['_INTS']._serialized_start=127
-  _globals['_INTS']._serialized_end=149
-  _globals['_TUPLEREQUEST']._serialized_start=152
-  _globals['_TUPLEREQUEST']._serialized_end=391
-  _globals['_TUPLEREQUEST_KWARGSENTRY']._serialized_start=330
-  _globals['_TUPLEREQUEST_KWARGSENTRY']._serialized_end=391
-  _globals['_TUPLEREPLY']._serialized_start=393
-  _globals['_TUPLEREPLY']._serialized_end=434
-  _globals['_TUPLEBATCH']._serialized_start=436
-  _globals['_TUPLEBATCH']._serialized_end=490
-  _globals['_TUPLEREPLIES']._serialized_start=492
-  _globals['_TUPLEREPLIES']._serialized_end=545
-  _globals['_CLOSEREQUEST']._serialized_start=547
-  _globals['_CLOSEREQUEST']._serialized_end=581
-  _globals['_CLOSEREPLY']._serialized_start=583
-  _globals['_CLOSEREPLY']._serialized_end=595
-  _globals['_DEALER']._serialized_start=697
-  _globals['_DEALER']._serialized_end=1001
+  _globals['_OPENREQUEST']._serialized_end=115
+  _globals['_OPENREPLY']._serialized_start=117
+  _globals['_OPENREPLY']._serialized_end=154
+  _globals['_INTS']._serialized_start=156
+  _globals['_INTS']._serialized_end=178
+  _globals['_TUPLEREQUEST']._serialized_start=181
+  _globals['_TUPLEREQUEST']._serialized_end=437
+  _globals['_TUPLEREQUEST_KWARGSENTRY']._serialized_start=376
+  _globals['_TUPLEREQUEST_KWARGSENTRY']._serialized_end=437
+  _globals['_TUPLEREPLY']._serialized_start=439
+  _globals['_TUPLEREPLY']._serialized_end=480
+  _globals['_TUPLEBATCH']._serialized_start=482
+  _globals['_TUPLEBATCH']._serialized_end=536
+  _globals['_TUPLEREPLIES']._serialized_start=538
+  _globals['_TUPLEREPLIES']._serialized_end=591
+  _globals['_CLOSEREQUEST']._serialized_start=593
+  _globals['_CLOSEREQUEST']._serialized_end=627
+  _globals['_CLOSEREPLY']._serialized_start=629
+  _globals['_CLOSEREPLY']._serialized_end=641
+  _globals['_DEALER']._serialized_start=743
+  _globals['_DEALER']._serialized_end=1047
 # @@protoc_insertion_point(module_scope)

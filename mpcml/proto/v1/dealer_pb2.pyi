@@ -23,20 +23,24 @@ WRAPS: TupleKind
 B2A: TupleKind
 
 class OpenRequest(_message.Message):
-    __slots__ = ("session_id", "rank", "parties")
+    __slots__ = ("session_id", "rank", "parties", "job_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     PARTIES_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     rank: int
     parties: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., rank: _Optional[int] = ..., parties: _Optional[_Iterable[str]] = ...) -> None: ...
+    job_id: str
+    def __init__(self, session_id: _Optional[str] = ..., rank: _Optional[int] = ..., parties: _Optional[_Iterable[str]] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class OpenReply(_message.Message):
-    __slots__ = ("key",)
+    __slots__ = ("key", "tag")
     KEY_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
     key: bytes
-    def __init__(self, key: _Optional[bytes] = ...) -> None: ...
+    tag: bytes
+    def __init__(self, key: _Optional[bytes] = ..., tag: _Optional[bytes] = ...) -> None: ...
 
 class Ints(_message.Message):
     __slots__ = ("values",)
@@ -45,7 +49,7 @@ class Ints(_message.Message):
     def __init__(self, values: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TupleRequest(_message.Message):
-    __slots__ = ("session_id", "seq", "kind", "size0", "size1", "op", "kwargs")
+    __slots__ = ("session_id", "seq", "kind", "size0", "size1", "op", "kwargs", "binding")
     class KwargsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +64,7 @@ class TupleRequest(_message.Message):
     SIZE1_FIELD_NUMBER: _ClassVar[int]
     OP_FIELD_NUMBER: _ClassVar[int]
     KWARGS_FIELD_NUMBER: _ClassVar[int]
+    BINDING_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     seq: int
     kind: TupleKind
@@ -67,7 +72,8 @@ class TupleRequest(_message.Message):
     size1: _containers.RepeatedScalarFieldContainer[int]
     op: str
     kwargs: _containers.MessageMap[str, Ints]
-    def __init__(self, session_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[_Union[TupleKind, str]] = ..., size0: _Optional[_Iterable[int]] = ..., size1: _Optional[_Iterable[int]] = ..., op: _Optional[str] = ..., kwargs: _Optional[_Mapping[str, Ints]] = ...) -> None: ...
+    binding: bytes
+    def __init__(self, session_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[_Union[TupleKind, str]] = ..., size0: _Optional[_Iterable[int]] = ..., size1: _Optional[_Iterable[int]] = ..., op: _Optional[str] = ..., kwargs: _Optional[_Mapping[str, Ints]] = ..., binding: _Optional[bytes] = ...) -> None: ...
 
 class TupleReply(_message.Message):
     __slots__ = ("shape", "data")
