@@ -1,15 +1,20 @@
 """A coordinator that stops mid-job, and the one that takes the job over: the scheduler's side.
 
 Two Scheduler objects on one store stand for a coordinator and its restart (the same lease
-holder) or its standby (another holder). The parties attach again by themselves; each hears the
-current round's GO again. tests/system/test_recovery.py kills a real coordinator process.
+holder) or its standby (another holder): on the memory store, and on a real PostgreSQL server
+with a connection of its own each, as two coordinator processes have. The parties attach again
+by themselves; each hears the current round's GO again. tests/system/test_recovery.py kills a
+real coordinator process.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from collections.abc import Callable, Iterator
+
 from mpcml.coordinator.scheduler import Scheduler
+from mpcml.coordinator.sql_store import PostgresJobStore
 from mpcml.coordinator.store import JobState, JobStore, MemoryJobStore
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
@@ -42,14 +47,31 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store(clock: Clock) -> MemoryJobStore:
-    return MemoryJobStore(clock)
+Stores = Callable[[], JobStore]
+"""A coordinator's own store on the test's database (the memory store: the one object)."""
 
 
-def _running(store: MemoryJobStore, clock: Clock) -> tuple[Scheduler, str, dict[str, Queue]]:
+@pytest.fixture(params=["memory", "postgresql"])
+def store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[Stores]:
+    if request.param == "memory":
+        shared = MemoryJobStore(clock)
+        yield lambda: shared
+        return
+    url = request.getfixturevalue("pg_url")
+    opened: list[JobStore] = []
+
+    def connect() -> JobStore:
+        opened.append(PostgresJobStore(url, clock))
+        return opened[-1]
+
+    yield connect
+    for each in opened:
+        each.close()
+
+
+def _running(store: Stores, clock: Clock) -> tuple[Scheduler, str, dict[str, Queue]]:
     """Round 1 of a two-round job under way on coordinator c1."""
-    first = _scheduler(store, clock)
+    first = _scheduler(store(), clock)
     job_id = _submit(first)
     queues = {p: _attach(first, p) for p in ("alice", "bob")}
     for party in queues:
@@ -62,11 +84,11 @@ def _running(store: MemoryJobStore, clock: Clock) -> tuple[Scheduler, str, dict[
 
 
 def test_a_restarted_coordinator_takes_its_running_job_back_and_finishes_it(
-    store: MemoryJobStore, clock: Clock
+    store: Stores, clock: Clock
 ) -> None:
     first, job_id, _ = _running(store, clock)
     _report(first, "alice", job_id, done=cpb.RoundDone(round=1))  # reached the old one only
-    restarted = _scheduler(store, clock)  # the same name: the lease is its own
+    restarted = _scheduler(store(), clock)  # the same name: the lease is its own
     assert restarted.job(job_id).state == JobState.RUNNING
     queues = {p: _attach(restarted, p, running=[job_id]) for p in ("alice", "bob")}
     for assignments in queues.values():
@@ -83,15 +105,15 @@ def test_a_restarted_coordinator_takes_its_running_job_back_and_finishes_it(
         _report(restarted, party, job_id, finished=cpb.Finished())
     assert restarted.job(job_id).state == JobState.COMPLETED
     assert restarted.history(job_id).committed == 2
-    rounds = [e.round for e in store.events(job_id) if e.kind == "round_done"]
+    rounds = [e.round for e in restarted.store.events(job_id) if e.kind == "round_done"]
     assert rounds == [1, 2]
 
 
 def test_a_party_that_does_not_attach_to_the_restarted_coordinator_fails_the_job(
-    store: MemoryJobStore, clock: Clock
+    store: Stores, clock: Clock
 ) -> None:
     _, job_id, _ = _running(store, clock)
-    restarted = _scheduler(store, clock)
+    restarted = _scheduler(store(), clock)
     _attach(restarted, "alice", running=[job_id])
     restarted.tick()
     assert restarted.job(job_id).state == JobState.RUNNING
@@ -107,10 +129,10 @@ def test_a_party_that_does_not_attach_to_the_restarted_coordinator_fails_the_job
 
 
 def test_a_party_whose_worker_is_gone_after_the_restart_fails_the_job(
-    store: MemoryJobStore, clock: Clock
+    store: Stores, clock: Clock
 ) -> None:
     _, job_id, _ = _running(store, clock)
-    restarted = _scheduler(store, clock)
+    restarted = _scheduler(store(), clock)
     _attach(restarted, "bob", running=[])  # bob's daemon restarted too: no worker
     job = restarted.job(job_id)
     assert job.state == JobState.FAILED
@@ -118,14 +140,14 @@ def test_a_party_whose_worker_is_gone_after_the_restart_fails_the_job(
 
 
 def test_a_starting_job_taken_over_restarts_only_the_workers_that_were_not_ready(
-    store: MemoryJobStore, clock: Clock
+    store: Stores, clock: Clock
 ) -> None:
-    first = _scheduler(store, clock)
+    first = _scheduler(store(), clock)
     job_id = _submit(first)
     queues = {p: _attach(first, p) for p in ("alice", "bob")}
     starts = {p: _drain(q)[0] for p, q in queues.items()}
     _report(first, "alice", job_id, ready=cpb.Ready(rows=1))
-    restarted = _scheduler(store, clock)
+    restarted = _scheduler(store(), clock)
     assert restarted.job(job_id).state == JobState.STARTING
     alice = _attach(restarted, "alice", running=[job_id])
     bob = _attach(restarted, "bob", running=[job_id])
@@ -138,9 +160,9 @@ def test_a_starting_job_taken_over_restarts_only_the_workers_that_were_not_ready
 
 
 def test_two_coordinators_never_run_one_job_and_a_standby_takes_over_a_lapsed_lease(
-    store: MemoryJobStore, clock: Clock
+    store: Stores, clock: Clock
 ) -> None:
-    active, standby = _scheduler(store, clock, "active"), _scheduler(store, clock, "standby")
+    active, standby = _scheduler(store(), clock, "active"), _scheduler(store(), clock, "standby")
     on_standby = {p: _attach(standby, p) for p in ("alice", "bob")}
     job_id = _submit(active)
     on_active = {p: _attach(active, p) for p in ("alice", "bob")}
@@ -173,9 +195,9 @@ def test_two_coordinators_never_run_one_job_and_a_standby_takes_over_a_lapsed_le
 
 
 def test_a_job_cancelled_through_one_coordinator_is_stopped_by_the_one_running_it(
-    store: MemoryJobStore, clock: Clock
+    store: Stores, clock: Clock
 ) -> None:
-    active, other = _scheduler(store, clock, "active"), _scheduler(store, clock, "other")
+    active, other = _scheduler(store(), clock, "active"), _scheduler(store(), clock, "other")
     job_id = _submit(active)
     queues = {p: _attach(active, p) for p in ("alice", "bob")}
     for party in ("alice", "bob"):
