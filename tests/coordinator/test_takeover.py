@@ -9,9 +9,9 @@ real coordinator process.
 
 from __future__ import annotations
 
-import pytest
-
 from collections.abc import Callable, Iterator
+
+import pytest
 
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.sql_store import PostgresJobStore
