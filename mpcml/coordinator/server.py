@@ -15,7 +15,7 @@ from mpcml.coordinator.metrics import RoundMetrics, SchedulerCollector
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.service import CoordinatorService, PartyControlService
 from mpcml.coordinator.sql_store import POSTGRES_SCHEMES, postgres_name
-from mpcml.coordinator.store import open_store
+from mpcml.coordinator.store import StoreUnavailable, open_store
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.transport.interceptors import RequestGuard
@@ -162,7 +162,10 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
     try:
         endpoint = metrics.serve(config.metrics_address, registry)
         while not stop.wait(TICK_S):
-            scheduler.tick()
+            try:
+                scheduler.tick()
+            except StoreUnavailable as exc:  # the next tick opens a new connection
+                log.error("%s; the coordinator goes on and tries again", exc)
     finally:
         if endpoint is not None:
             endpoint.stop()

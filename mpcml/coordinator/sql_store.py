@@ -27,6 +27,7 @@ from mpcml.coordinator.store import (
     JobState,
     JobStore,
     StoreError,
+    StoreUnavailable,
     _check_same_spec,
     _check_transition,
     _digest,
@@ -361,7 +362,7 @@ class PostgresJobStore(_SqlJobStore):
             return self._psycopg.connect(self._url, autocommit=True, connect_timeout=10)
         except self._psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreError(f"cannot open the job store {self._name}: {reason}") from None
+            raise StoreUnavailable(f"cannot open the job store {self._name}: {reason}") from None
 
     @override
     @contextmanager
@@ -373,7 +374,8 @@ class PostgresJobStore(_SqlJobStore):
                 with self._db.transaction():
                     yield self._db
             except self._psycopg.OperationalError as exc:
-                raise StoreError(f"the job store {self._name} failed: {exc}") from None
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no reason"
+                raise StoreUnavailable(f"the job store {self._name} failed: {reason}") from None
 
     @override
     def close(self) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from typing_extensions import override
 
-from mpcml.errors import MpcmlError
+from mpcml.errors import MpcmlError, StatusError
 
 
 class JobState(StrEnum):
@@ -51,6 +51,17 @@ _NEXT = {
 
 class StoreError(MpcmlError):
     """A store operation was refused; the message says why."""
+
+
+class StoreUnavailable(StatusError, StoreError):
+    """The database could not be reached or failed mid-call; a request gets UNAVAILABLE.
+
+    The next call opens a new connection, so a restarted database costs the calls made while it
+    was down, not the coordinator.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("UNAVAILABLE", message)
 
 
 class JobNotFound(StoreError):

@@ -23,6 +23,7 @@ from mpcml.coordinator.store import (
     JobStore,
     MemoryJobStore,
     StoreError,
+    StoreUnavailable,
     open_store,
 )
 from tests.support import postgres
@@ -238,3 +239,22 @@ def test_an_unreachable_postgresql_store_is_named_without_its_password() -> None
     message = str(info.value)
     assert f"cannot open the job store postgresql://mpcml@127.0.0.1:{port}/jobs" in message
     assert "s3cret" not in message
+
+
+def test_a_postgresql_store_whose_connection_dies_says_unavailable_and_reconnects(
+    pg_url: str,
+) -> None:
+    import psycopg
+
+    store = PostgresJobStore(pg_url)
+    job, _ = store.create("c", "k", b"s")
+    with psycopg.connect(pg_url, autocommit=True) as admin:  # what a database restart does
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    with pytest.raises(StoreUnavailable, match="the job store postgresql://") as info:
+        store.get(job.job_id)
+    assert info.value.code == "UNAVAILABLE"
+    assert store.get(job.job_id) == job  # a new connection
+    store.close()
