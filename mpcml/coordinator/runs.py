@@ -35,6 +35,11 @@ from mpcml.transport.address import port_offset
 
 log = logging.getLogger(__name__)
 
+REPEAT_GO_S = 60.0
+"""A round whose reports have not all come this long after its GO (or its last repeat) sends
+GO again to the parties that have not reported: a worker repeats a report it made, so a report
+lost on the way (the coordinator or its database was away longer than the party retries) costs
+this wait, not the job."""
 PEER_FAILURE_GRACE_S = 3.0
 """After a party reports it failed only because a peer did, wait this long for the peer's own
 reason before failing the job with the echo."""
@@ -66,6 +71,8 @@ class Run:
     """`StartJob.attempt`: reports of any other run of the job are stale."""
     round: int = 0
     round_started: float = 0.0
+    go_sent: float = 0.0
+    """When the current round's GO was last sent."""
     ready: set[str] = field(default_factory=set)
     done: dict[str, cpb.RoundDone] = field(default_factory=dict)
     finished: dict[str, cpb.Finished] = field(default_factory=dict)
@@ -159,6 +166,7 @@ class Runs:
             attempt=history.resumes,
             absent=set(spec.parties),
             taken_over=self._clock(),
+            go_sent=self._clock(),
         )
         started = [
             i
@@ -476,6 +484,7 @@ class Runs:
 
     def _go(self, run: Run, round: int) -> None:
         run.round, run.done, run.round_started = round, {}, self._clock()
+        run.go_sent = run.round_started
         self.store.set_round(run.job_id, round)
         self._emit(run.job_id, EventKind.ROUND_STARTED, round, total_rounds=run.total_rounds)
         log.debug(
@@ -566,6 +575,30 @@ class Runs:
         self.end(run.job_id, JobState.COMPLETED)
 
     # --- time -------------------------------------------------------------------------------
+
+    def repeat_go(self) -> None:
+        """Send GO again to the parties whose report of the current round is overdue."""
+        now = self._clock()
+        for run in self._runs.values():
+            if run.round <= run.resume_round or now - run.go_sent < REPEAT_GO_S:
+                continue
+            missing = [p for p in run.parties if p not in run.done and p not in run.absent]
+            if not missing or run.finished:
+                continue
+            run.go_sent = now
+            log.info(
+                "job %s: no report of round %d from %s after %.0f s; its GO is sent again",
+                run.job_id,
+                run.round,
+                ", ".join(missing),
+                REPEAT_GO_S,
+                extra={"job_id": run.job_id, "round": run.round},
+            )
+            go = cpb.GoRound(job_id=run.job_id, round=run.round, attempt=run.attempt)
+            for name in missing:
+                link = self.registry.links.get(name)
+                if link is not None:
+                    link.send(cpb.Assignment(go=go))
 
     def expire_echoes(self) -> None:
         """Fail with its echo a job whose peer never gave its own reason within the grace."""

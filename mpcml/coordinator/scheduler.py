@@ -208,7 +208,8 @@ class Scheduler:
         """Fail jobs of parties whose heartbeats stopped, and echoes whose grace ran out.
 
         Also renews this coordinator's job leases, takes over jobs whose coordinator stopped,
-        and fails taken-over jobs whose parties did not come back.
+        fails taken-over jobs whose parties did not come back, and sends an overdue round's GO
+        again.
         """
         with self._lock:
             self.runs.keep_leases()  # first: a job whose lease is gone is not this one's to fail
@@ -221,6 +222,7 @@ class Scheduler:
                     )
             self.runs.expire_echoes()
             self.runs.expire_absent()
+            self.runs.repeat_go()
 
     def wait_events(self, job_id: str, after: int, timeout: float) -> list[Event]:
         """The job's events after `after`, waiting up to `timeout` for one to arrive."""

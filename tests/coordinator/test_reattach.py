@@ -13,6 +13,7 @@ import queue
 
 import pytest
 
+from mpcml.coordinator.runs import REPEAT_GO_S
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.store import JobState, MemoryJobStore
 from mpcml.errors import StatusError
@@ -163,3 +164,25 @@ def test_a_lost_start_is_sent_again_and_reports_of_the_earlier_run_are_refused(
         _report(scheduler, party, job_id, attempt=1, ready=cpb.Ready(rows=1))
     assert scheduler.job(job_id).state == JobState.RUNNING
     assert _kinds(bob) == ["go"]
+
+
+def test_a_lost_report_is_asked_for_again_with_the_rounds_go(
+    running: tuple[Scheduler, str, dict[str, Queue]], clock: Clock
+) -> None:
+    scheduler, job_id, queues = running
+    _report(scheduler, "alice", job_id, done=cpb.RoundDone(round=1))
+    # bob's report of round 1 was lost (its retries ran out while the coordinator was away)
+    clock.advance(REPEAT_GO_S - 1)
+    for party in ("alice", "bob"):
+        scheduler.heartbeat(party)
+    scheduler.tick()
+    assert _kinds(queues["bob"]) == []
+    clock.advance(2)
+    for party in ("alice", "bob"):
+        scheduler.heartbeat(party)
+    scheduler.tick()
+    [go] = _drain(queues["bob"])
+    assert go is not None and go.go.round == 1
+    assert _kinds(queues["alice"]) == []  # alice's report came
+    _report(scheduler, "bob", job_id, done=cpb.RoundDone(round=1))  # the worker repeats it
+    assert _kinds(queues["alice"]) == ["go"] and scheduler.history(job_id).committed == 1
