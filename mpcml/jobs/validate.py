@@ -114,15 +114,18 @@ def _check_features(
                 )
         return sum(info.rows for _, info in infos), shapes[0]
     first_binding, first = infos[0]
+    if len(shapes) > 1 and any(len(s) != 1 for s in shapes):
+        raise SpecError("vertical split: every feature dataset must be a table (1-D rows)")
+    width = (sum(s[0] for s in shapes),) if len(shapes) > 1 else shapes[0]
+    if spec.align_on:  # the parties find the rows they share (PSI): at most the fewest
+        return min(info.rows for _, info in infos), width
     for b, info in infos[1:]:
         if info.rows != first.rows:
             raise SpecError(
                 f"vertical split: dataset {b.dataset!r} of party {b.party!r} has {info.rows} "
                 f"rows, {first_binding.dataset!r} of {first_binding.party!r} has {first.rows}"
             )
-    if len(shapes) > 1 and any(len(s) != 1 for s in shapes):
-        raise SpecError("vertical split: every feature dataset must be a table (1-D rows)")
-    return first.rows, (sum(s[0] for s in shapes),) if len(shapes) > 1 else shapes[0]
+    return first.rows, width
 
 
 def _check_labels(
@@ -154,7 +157,7 @@ def _check_labels(
         if len(infos) != 1:
             raise SpecError("vertical split: exactly one party binds the labels")
         lb, li = infos[0]
-        if li.rows != rows:
+        if li.rows != rows and not spec.align_on:  # with align_on, PSI finds the shared rows
             raise SpecError(
                 f"labels {lb.dataset!r} of party {lb.party!r} have {li.rows} rows, "
                 f"the features have {rows}"

@@ -78,6 +78,14 @@ class JobComputation:
     def load(self) -> int:
         """Share the inputs and build the model; returns the rows of the job's input."""
         spec, sharer = self.spec, InputSharer(self.spec, self.config, self.ranks)
+        shared = sharer.align([*spec.features, *spec.labels])
+        if shared is not None:  # the policy's floor on the rows the job will use, before sharing
+            if not shared:
+                raise DataError(
+                    f"the parties share no row ids ({spec.align_on!r}): the job has no rows"
+                )
+            self.rows = ([shared] * len(spec.features), [shared] * len(spec.labels))
+            self._recheck_policy()
         features = sharer.share(list(spec.features), FEATURES)
         metas = features.metas
         if spec.split == jpb.SPLIT_HORIZONTAL or len(metas) == 1:

@@ -4,11 +4,19 @@ For each binding, its owner reads its rows and tells every party their public de
 `InputMeta`: rows, row shape, a digest of the row ids); then the owner shares the values and the
 others take part with zeros of that shape. Every party checks the descriptions agree before
 anything is shared, so a mismatch is one message naming the party and dataset.
+
+A vertical job that aligns rows on an id column (`align_on`) first finds, by private set
+intersection over the data plane (`mpcml.psi`), the ids every party holding a binding has
+(`InputSharer.align`); each such party then takes only those rows, ordered by id. Every party
+holds the same ids after the intersection, so each sorts its own and the orders agree with no id
+sent; the order is the same in every run of the job (the PSI keys are not), which a bit-exact
+resume needs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +29,52 @@ from mpcml.graph.ops import GraphError
 from mpcml.graph.tokens import token_rows, token_vocab
 from mpcml.party import catalogue
 from mpcml.party.catalogue import DataError
-from mpcml.party.config import PartyConfig
+from mpcml.party.config import DatasetEntry, PartyConfig
 from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.psi.group import PsiError
+from mpcml.psi.protocol import intersect
+
+log = logging.getLogger(__name__)
 
 FEATURES, LABELS = "features", "labels"
+MAX_MESSAGE_IDS = 100_000_000
+"""The most points (32 bytes each) a PSI message between parties may announce."""
+
+
+def id_text(value: Any) -> str:
+    """An id as PSI and the row order see it: a whole number without ".0", text as it is."""
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    return str(value)
+
+
+def _order_key(text: str) -> tuple[int, float, str]:
+    """Numbers sort as numbers (as before PSI), text after them as text: the same everywhere."""
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
+class CommChannel:
+    """PSI's channel over the session's data plane (CrypTen's communicator: mutual TLS)."""
+
+    def send(self, dst: int, data: bytes) -> None:
+        """A length, then the bytes (nothing more for an empty message)."""
+        comm = crypten_comm.get()
+        comm.send(torch.tensor([len(data)], dtype=torch.int64), dst)
+        if data:
+            comm.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst)
+
+    def recv(self, src: int) -> bytes:
+        """The next message from `src`; a length beyond `MAX_MESSAGE_IDS` points is refused."""
+        comm = crypten_comm.get()
+        length = int(comm.recv(torch.zeros(1, dtype=torch.int64), src).item())
+        if not 0 <= length <= 32 * MAX_MESSAGE_IDS:
+            raise PsiError(f"rank {src} announced a PSI message of {length} bytes")
+        if not length:
+            return b""
+        return bytes(comm.recv(torch.empty(length, dtype=torch.uint8), src).numpy())
 
 
 @dataclass(frozen=True)
@@ -34,7 +84,8 @@ class InputMeta:
     rows: int
     row_shape: tuple[int, ...]
     id_digest: str
-    """SHA-256 of the sorted row ids, "" without an id column: rows align when these agree."""
+    """SHA-256 of the row ids (as `id_text`, in the rows' order), "" without an id column: rows
+    align when these agree."""
 
     def to_wire(self) -> list[Any]:
         """As a schema'd object for `broadcast_obj`."""
@@ -78,15 +129,64 @@ class InputSharer:
         self.config = config
         self.me = config.name
         self.ranks = ranks
+        self.shared_ids: list[str] | None = None
+        """After `align`: the ids every party holds, as text, in the shared order."""
+
+    def _aligns(self) -> bool:
+        return bool(self.spec.align_on) and self.spec.split == jpb.SPLIT_VERTICAL
+
+    def align(self, bindings: list[jpb.DataBinding]) -> int | None:
+        """With `align_on` in a vertical job: the shared rows, by PSI; returns their number.
+
+        Every party holding a binding takes part, with the ids of its first binding; a party
+        with no binding waits. The size reaches every party from the last holder.
+        """
+        if not self._aligns():
+            return None
+        holders = sorted({self.ranks[b.party] for b in bindings})
+        if len(holders) < 2:
+            return None
+        me = self.ranks[self.me]
+        if me in holders:
+            mine = next(b for b in bindings if b.party == self.me)
+            entry = self.config.datasets.get(mine.dataset)
+            if entry is None:
+                raise DataError(f"party {self.me!r} has no dataset {mine.dataset!r}")
+            ids = [id_text(v) for v in self._ids(entry, mine.dataset)]
+            found = intersect([i.encode() for i in ids], me, holders, CommChannel())
+            self.shared_ids = sorted((ids[i] for i in found.rows), key=_order_key)
+            log.info(
+                "job rows aligned on %r by PSI: %d of this party's %d rows are shared "
+                "(the parties' sets: %s)",
+                self.spec.align_on,
+                found.size,
+                len(ids),
+                ", ".join(str(n) for n in found.sizes),
+            )
+        comm = crypten_comm.get()
+        size = comm.broadcast_obj(
+            len(self.shared_ids) if self.shared_ids is not None else None, holders[-1]
+        )
+        if not isinstance(size, int) or size < 0:
+            raise DataError("the intersection's size came malformed")
+        return size
+
+    def _ids(self, entry: DatasetEntry, dataset: str) -> np.ndarray:
+        table = catalogue.read(entry)
+        if table.ids is None or entry.id_column != self.spec.align_on:
+            raise DataError(f"dataset {dataset!r} has no id column {self.spec.align_on!r}")
+        return table.ids
 
     def _mine(self, binding: jpb.DataBinding, what: str) -> tuple[np.ndarray, np.ndarray | None]:
         entry = self.config.datasets.get(binding.dataset)
         if entry is None:
             raise DataError(f"party {self.me!r} has no dataset {binding.dataset!r}")
         table = catalogue.read(entry)
+        if self.shared_ids is not None:  # the PSI's rows, in the shared order
+            table = self._shared_rows(table, binding.dataset)
         vocab = token_vocab(self.spec.graph) if what == FEATURES else None
         if vocab is None:
-            return catalogue.select(table, entry, list(binding.columns), self.spec.align_on)
+            return catalogue.select(table, entry, list(binding.columns), self._sort_on())
         # Token ids: encoded here, before sharing, so that no party but this one sees them.
         if table.values.ndim != 2:
             raise DataError(
@@ -95,11 +195,33 @@ class InputSharer:
             )
         mask = table.mask if table.mask is not None else np.ones_like(table.values)
         both = catalogue.Table(table.columns, np.stack([table.values, mask], -1), table.ids)
-        values, ids = catalogue.select(both, entry, list(binding.columns), self.spec.align_on)
+        values, ids = catalogue.select(both, entry, list(binding.columns), self._sort_on())
         try:
             return token_rows(values[..., 0], values[..., 1], vocab), ids
         except GraphError as exc:
             raise DataError(f"dataset {binding.dataset!r} of party {self.me!r}: {exc}") from None
+
+    def _sort_on(self) -> str:
+        """`select` sorts by id unless the PSI has put the rows in the shared order already."""
+        return "" if self.shared_ids is not None else self.spec.align_on
+
+    def _shared_rows(self, table: catalogue.Table, dataset: str) -> catalogue.Table:
+        assert self.shared_ids is not None
+        if table.ids is None:
+            raise DataError(f"dataset {dataset!r} has no id column {self.spec.align_on!r}")
+        texts = [id_text(v) for v in table.ids]
+        where = {t: i for i, t in enumerate(texts)}
+        if len(where) != len(texts):
+            raise DataError(f"dataset {dataset!r}: id column {self.spec.align_on!r} repeats ids")
+        missing = [t for t in self.shared_ids if t not in where]
+        if missing:
+            raise DataError(
+                f"dataset {dataset!r} of party {self.me!r} lacks {len(missing)} of the shared ids "
+                f"(e.g. row id {missing[0]!r}): a party's datasets in one job must hold its ids"
+            )
+        rows = np.array([where[t] for t in self.shared_ids], dtype=np.int64)
+        mask = table.mask[rows] if table.mask is not None else None
+        return catalogue.Table(table.columns, table.values[rows], table.ids[rows], mask)
 
     def share(self, bindings: list[jpb.DataBinding], what: str, classes: int = 0) -> Shared:
         """Share `bindings` (`what`: FEATURES or LABELS); `classes` one-hot encodes labels."""
@@ -112,7 +234,9 @@ class InputSharer:
                 values, ids = self._mine(b, what)
                 local[i] = (values, ids)
                 digest = (
-                    hashlib.sha256(np.sort(ids).tobytes()).hexdigest() if ids is not None else ""
+                    hashlib.sha256("\x00".join(id_text(v) for v in ids).encode()).hexdigest()
+                    if ids is not None
+                    else ""
                 )
                 meta = InputMeta(
                     int(values.shape[0]), tuple(int(d) for d in values.shape[1:]), digest

@@ -54,9 +54,12 @@ def _extend_profiles(parties: Path) -> None:
         _write_csv(parties / party / "data" / "h_train.csv", header, rows)
         with (parties / party / "party.toml").open("a") as f:
             f.write('\n[datasets.h-train]\npath = "data/h_train.csv"\nid_column = "id"\n')
+    _partial_overlap(parties, split, order)
     # bob's policy keeps one dataset out of every job.
     toml = parties / "bob" / "party.toml"
-    allowed = '["bc-train", "bc-test", "bc-train-positional", "bc-train-copy", "h-train"]'
+    allowed = (
+        '["bc-train", "bc-test", "bc-train-positional", "bc-train-copy", "bc-part", "h-train"]'
+    )
     toml.write_text(toml.read_text().replace('datasets = "*"', f"datasets = {allowed}"))
     shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "copy.csv")
     with (parties / "bob" / "party.toml").open("a") as f:
@@ -176,6 +179,55 @@ def _extend_for_attacks(parties: Path) -> None:
         )
     toml = parties / "bob" / "party.toml"
     toml.write_text(toml.read_text().replace('"h-train"]', '"h-train", "bc-agreed"]', 1))
+
+
+PART_KEEP = {"alice": 5, "bob": 7, "carol": 11}
+"""Customer lists that partly overlap: each party lacks the training rows whose id is a
+multiple of its number (alice and bob hold 15 features each, carol the labels)."""
+
+
+def part_ids(party: str, ids: np.ndarray) -> np.ndarray:
+    """The ids of `ids` that `party` holds in the partly overlapping datasets."""
+    kept: np.ndarray = ids[ids % PART_KEEP[party] != 0]
+    return kept
+
+
+def _partial_overlap(parties: Path, split: data.Split, order: np.ndarray) -> None:
+    ids, x, y = split.id_train[order], split.x_train[order], split.y_train[order]
+    halves = {"alice": (split.columns[:15], x[:, :15]), "bob": (split.columns[15:], x[:, 15:])}
+    for party, (columns, values) in halves.items():
+        keep = ids % PART_KEEP[party] != 0
+        _write_csv(
+            parties / party / "data" / "part.csv",
+            ["id", *columns],
+            np.column_stack([ids[keep], values[keep]]),
+        )
+        with (parties / party / "party.toml").open("a") as f:
+            f.write('\n[datasets.bc-part]\npath = "data/part.csv"\nid_column = "id"\n')
+    keep = ids % PART_KEEP["carol"] != 0
+    _write_csv(
+        parties / "carol" / "data" / "part_labels.csv",
+        ["id", "label"],
+        np.column_stack([ids[keep], y[keep]]),
+    )
+    few = ids[(ids % 2 == 0)][:20]  # 20 rows alice's other table shares: under min_rows (32)
+    keep = np.isin(ids, few) | (ids % 2 == 1)
+    _write_csv(
+        parties / "alice" / "data" / "few.csv",
+        ["id", *split.columns[:15]],
+        np.column_stack([ids[keep], x[keep][:, :15]]),
+    )
+    with (parties / "carol" / "party.toml").open("a") as f:
+        f.write('\n[datasets.bc-part-labels]\npath = "data/part_labels.csv"\nid_column = "id"\n')
+        f.write('\n[datasets.bc-even-labels]\npath = "data/even_labels.csv"\nid_column = "id"\n')
+    even = ids % 2 == 0
+    _write_csv(
+        parties / "carol" / "data" / "even_labels.csv",
+        ["id", "label"],
+        np.column_stack([ids[even], y[even]]),
+    )
+    with (parties / "alice" / "party.toml").open("a") as f:
+        f.write('\n[datasets.bc-few]\npath = "data/few.csv"\nid_column = "id"\n')
 
 
 def _system_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:

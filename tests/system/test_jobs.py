@@ -18,6 +18,7 @@ from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_train, predictions
+from mpcml.party.durable import SECRET_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.system.conftest import H_SPLIT, MAX_CONCURRENT_JOBS
 
@@ -168,12 +169,12 @@ def test_cancel_stops_the_workers_and_frees_the_parties(
         time.sleep(0.5)
     else:
         pytest.fail(f"the workers of job {short} are still running")
-    # Only committed checkpoints stay: no temporary file, no checkpoint of a later round.
+    # Only committed checkpoints stay, with the job's secret (randomness.key): no temporary
+    # file, no checkpoint of a later round.
     committed = job.status().committed_round
     for party in ("alice", "bob", "carol"):
-        left = sorted(
-            p.name for p in (cluster.workdir / party / "state" / "jobs" / job.id).iterdir()
-        )
+        folder = cluster.workdir / party / "state" / "jobs" / job.id
+        left = sorted(p.name for p in folder.iterdir() if p.name != SECRET_FILE)
         assert left and all(
             name.startswith("checkpoint-") and int(name[11:-3]) <= committed for name in left
         ), (party, committed, left)
@@ -216,8 +217,7 @@ def test_data_that_changed_since_registration_fails_the_job_naming_party_and_dat
             model=models.LogisticRegression(),
             features={"alice": "bc-train", "bob": "bc-train-copy"},
             labels={"carol": "bc-train-labels"},
-            align_on="id",
-        )
+        )  # rows by position; with align_on, PSI would train on the 400 shared rows
     )
     status = job.wait(timeout=120)
     assert status.state == cpb.FAILED
