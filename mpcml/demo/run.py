@@ -179,7 +179,7 @@ def breast_cancer_task(
     x_train, y_train = by_id(split.id_train, split.x_train, split.y_train)
     plaintext_train(model, x_train, y_train, epochs=epochs)
     x_test, y_test, id_test = by_id(split.id_test, split.x_test, split.y_test, split.id_test)
-    assert np.array_equal(ids, id_test), "carol's predictions are not in id order"
+    assert np.array_equal(ids.astype(np.int64), id_test), "carol's predictions are not in id order"
     with torch.no_grad():
         plain = model(torch.from_numpy(x_test)).numpy()
     return TaskResult(
@@ -209,7 +209,9 @@ def digits_task(client: Client, cluster: LocalCluster) -> TaskResult:
     result = _follow(handle, "digits infer")
     seconds = time.monotonic() - began
     secure, ids = predictions(result, "alice")
-    assert np.array_equal(ids, split.id_test), "alice's predictions are not in her row order"
+    assert np.array_equal(ids.astype(np.int64), split.id_test), (
+        "alice's predictions are out of order"
+    )
     net = models.DigitsMLP()
     # Only to print the plaintext column: the demo plays bob too and reads his file.
     net.load_state_dict(
@@ -248,7 +250,9 @@ def sentiment_task(client: Client, cluster: LocalCluster) -> TaskResult:
     secure, ids = predictions(result, "alice")
     with np.load(cluster.parties_dir / "alice" / "data" / "reviews.npz") as reviews:
         tokens, mask, labels = reviews["input_ids"], reviews["attention_mask"], reviews["label"]
-        assert np.array_equal(ids, reviews["id"]), "alice's predictions are not in her row order"
+        assert np.array_equal(ids.astype(np.int64), reviews["id"]), (
+            "alice's predictions are out of order"
+        )
     # Only to print the plaintext column: the demo plays bob too and reads his file.
     state = torch.load(
         cluster.parties_dir / "bob" / "models" / "sentiment_bert.pt", weights_only=True

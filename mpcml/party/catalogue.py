@@ -49,29 +49,70 @@ def read(entry: DatasetEntry) -> Table:
         ) from None
 
 
+def id_text(value: Any) -> str:
+    """An id as jobs compare it: text trimmed of surrounding spaces, case as stored.
+
+    A whole number held as a number (an .npz id array) is written without a decimal point.
+    """
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    return str(value).strip()
+
+
+def id_order(text: str) -> tuple[int, float, str]:
+    """How rows aligned on ids are ordered: those that read as numbers by number, then text.
+
+    Every party computes it from the id alone, so the orders agree.
+    """
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def _checked_ids(entry: DatasetEntry, texts: Sequence[str], first_row: int) -> np.ndarray:
+    """The ids as a text array; an empty or repeated id is refused naming its row(s)."""
+    seen: dict[str, int] = {}
+    for i, text in enumerate(texts):
+        row = first_row + i
+        if not text:
+            raise DataError(f"dataset {entry.name!r}: row {row} has an empty id")
+        if text in seen:
+            raise DataError(
+                f"dataset {entry.name!r}: rows {seen[text]} and {row} have the same id "
+                f"({entry.id_column!r})"
+            )
+        seen[text] = row
+    return np.array(list(texts), dtype=str)
+
+
 def _read_csv(entry: DatasetEntry) -> Table:
     with entry.path.open(newline="") as f:
         rows = list(csv.reader(f))
     if not rows:
         raise DataError(f"dataset {entry.name!r}: {entry.path} is empty")
     header, body = rows[0], rows[1:]
+    for n, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise DataError(
+                f"dataset {entry.name!r}: row {n} of {entry.path} has {len(row)} cells, its "
+                f"header {len(header)}"
+            )
+    ids = None
+    if entry.id_column:
+        if entry.id_column not in header:
+            raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
+        i = header.index(entry.id_column)
+        ids = _checked_ids(entry, [id_text(row[i]) for row in body], first_row=2)
+        body = [row[:i] + row[i + 1 :] for row in body]
+        header = [c for c in header if c != entry.id_column]
     try:
         values = np.array([[float(v) for v in row] for row in body], dtype=np.float64)
     except ValueError as exc:
         raise DataError(
             f"dataset {entry.name!r}: {entry.path} has a non-numeric value: {exc}"
         ) from None
-    if body and values.shape[1] != len(header):
-        raise DataError(f"dataset {entry.name!r}: rows of {entry.path} do not match its header")
     values = values.reshape(len(body), len(header))
-    ids = None
-    if entry.id_column:
-        if entry.id_column not in header:
-            raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
-        i = header.index(entry.id_column)
-        ids = values[:, i].astype(np.int64)
-        values = np.delete(values, i, axis=1)
-        header = [c for c in header if c != entry.id_column]
     return Table(header, values.astype(np.float32), ids)
 
 
@@ -80,7 +121,15 @@ def _read_npz(entry: DatasetEntry) -> Table:
         if entry.array not in npz:
             raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {entry.array!r}")
         values = np.asarray(npz[entry.array], dtype=np.float32)
-        ids = np.asarray(npz[entry.id_column], dtype=np.int64) if entry.id_column else None
+        ids = None
+        if entry.id_column:
+            if entry.id_column not in npz:
+                raise DataError(
+                    f"dataset {entry.name!r}: {entry.path} has no array {entry.id_column!r}"
+                )
+            raw = np.asarray(npz[entry.id_column]).reshape(-1)
+            texts = [str(int(v)) if raw.dtype.kind in "iu" else id_text(v) for v in raw]
+            ids = _checked_ids(entry, texts, first_row=0)
         if entry.mask and entry.mask not in npz:
             raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {entry.mask!r}")
         mask = np.asarray(npz[entry.mask], dtype=np.float32) if entry.mask else None
@@ -121,9 +170,8 @@ def select(
     if align_on:
         if ids is None or entry.id_column != align_on:
             raise DataError(f"dataset {entry.name!r} has no id column {align_on!r}")
-        if len(np.unique(ids)) != len(ids):
-            raise DataError(f"dataset {entry.name!r}: id column {align_on!r} repeats ids")
-        order = np.argsort(ids, kind="stable")
+        keys = [id_order(str(v)) for v in ids]
+        order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
         values, ids = values[order], ids[order]
     return values, ids
 

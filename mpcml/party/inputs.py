@@ -41,21 +41,6 @@ MAX_MESSAGE_IDS = 100_000_000
 """The most points (32 bytes each) a PSI message between parties may announce."""
 
 
-def id_text(value: Any) -> str:
-    """An id as PSI and the row order see it: a whole number without ".0", text as it is."""
-    if isinstance(value, float | np.floating):
-        return str(int(value)) if float(value).is_integer() else repr(float(value))
-    return str(value)
-
-
-def _order_key(text: str) -> tuple[int, float, str]:
-    """Numbers sort as numbers (as before PSI), text after them as text: the same everywhere."""
-    try:
-        return (0, float(text), text)
-    except ValueError:
-        return (1, 0.0, text)
-
-
 class CommChannel:
     """PSI's channel over the session's data plane (CrypTen's communicator: mutual TLS)."""
 
@@ -152,9 +137,9 @@ class InputSharer:
             entry = self.config.datasets.get(mine.dataset)
             if entry is None:
                 raise DataError(f"party {self.me!r} has no dataset {mine.dataset!r}")
-            ids = [id_text(v) for v in self._ids(entry, mine.dataset)]
+            ids = [catalogue.id_text(v) for v in self._ids(entry, mine.dataset)]
             found = intersect([i.encode() for i in ids], me, holders, CommChannel())
-            self.shared_ids = sorted((ids[i] for i in found.rows), key=_order_key)
+            self.shared_ids = sorted((ids[i] for i in found.rows), key=catalogue.id_order)
             log.info(
                 "job rows aligned on %r by PSI: %d of this party's %d rows are shared "
                 "(the parties' sets: %s)",
@@ -209,7 +194,7 @@ class InputSharer:
         assert self.shared_ids is not None
         if table.ids is None:
             raise DataError(f"dataset {dataset!r} has no id column {self.spec.align_on!r}")
-        texts = [id_text(v) for v in table.ids]
+        texts = [catalogue.id_text(v) for v in table.ids]
         where = {t: i for i, t in enumerate(texts)}
         if len(where) != len(texts):
             raise DataError(f"dataset {dataset!r}: id column {self.spec.align_on!r} repeats ids")
@@ -234,7 +219,7 @@ class InputSharer:
                 values, ids = self._mine(b, what)
                 local[i] = (values, ids)
                 digest = (
-                    hashlib.sha256("\x00".join(id_text(v) for v in ids).encode()).hexdigest()
+                    hashlib.sha256("\x00".join(map(catalogue.id_text, ids)).encode()).hexdigest()
                     if ids is not None
                     else ""
                 )

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import crypten
 import numpy as np
 import torch
 
 from mpcml.jobs.spec import COORDINATOR, recipients
+from mpcml.party.catalogue import DataError
 from mpcml.party.durable import atomic_write
+from mpcml.party.inputs import CommChannel
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 
@@ -94,12 +95,26 @@ class Revealer:
     def _row_ids(self, who: str, ids: np.ndarray | None, rank: int, rows: int) -> np.ndarray | None:
         """The aligned row ids for a recipient, who needs them to use the predictions.
 
-        They are sent by the first feature party, to `who` only.
+        They are sent by the first feature party, to `who` only, over the data plane, as a
+        JSON list of the ids' text (ids of any form: numbers, emails, account numbers).
         """
         if not self.spec.align_on or self.spec.split != jpb.SPLIT_VERTICAL:
             return ids
-        src = self.ranks[self.spec.features[0].party]
-        mine = ids if rank == src and ids is not None else np.zeros(rows)
-        shared = crypten.cryptensor(torch.from_numpy(mine.astype(np.float64)), src=src)
-        plain = shared.get_plain_text(dst=self.ranks[who])
-        return plain.round().long().numpy() if who == self.me else None
+        src, dst = self.ranks[self.spec.features[0].party], self.ranks[who]
+        if src == dst:
+            return ids if who == self.me else None
+        if rank == src:
+            texts = [str(v) for v in (ids if ids is not None else [])]
+            CommChannel().send(dst, json.dumps(texts).encode())
+            return None
+        if who != self.me:
+            return None
+        received = json.loads(CommChannel().recv(src))
+        if (
+            not isinstance(received, list)
+            or len(received) != rows
+            or not all(isinstance(v, str) for v in received)
+        ):
+            sender = self.spec.features[0].party
+            raise DataError(f"the row ids from party {sender!r} came malformed")
+        return np.array(received, dtype=str)

@@ -228,6 +228,34 @@ def _partial_overlap(parties: Path, split: data.Split, order: np.ndarray) -> Non
     )
     with (parties / "alice" / "party.toml").open("a") as f:
         f.write('\n[datasets.bc-few]\npath = "data/few.csv"\nid_column = "id"\n')
+    # The same rows under e-mail ids (carol's with stray spaces), as customer lists hold them.
+    mails = np.array([mail_id(int(i)) for i in ids])
+    keep = ids % PART_KEEP["alice"] != 0
+    _write_text_ids(
+        parties / "alice" / "data" / "mail.csv", split.columns[:15], mails[keep], x[keep][:, :15]
+    )
+    keep = ids % PART_KEEP["carol"] != 0
+    _write_text_ids(
+        parties / "carol" / "data" / "mail_labels.csv",
+        ["label"],
+        np.array([f"  {m} " for m in mails[keep]]),
+        y[keep].reshape(-1, 1),
+    )
+    with (parties / "alice" / "party.toml").open("a") as f:
+        f.write('\n[datasets.bc-mail]\npath = "data/mail.csv"\nid_column = "id"\n')
+    with (parties / "carol" / "party.toml").open("a") as f:
+        f.write('\n[datasets.bc-mail-labels]\npath = "data/mail_labels.csv"\nid_column = "id"\n')
+
+
+def mail_id(row: int) -> str:
+    """The e-mail id of a training row in the `bc-mail` datasets."""
+    return f"customer-{row}@bank.example"
+
+
+def _write_text_ids(path: Path, header: list[str], ids: np.ndarray, rows: np.ndarray) -> None:
+    lines = ["id," + ",".join(header)]
+    lines += [f"{i}," + ",".join(f"{v:.9g}" for v in row) for i, row in zip(ids, rows, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _system_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:

@@ -116,7 +116,7 @@ def test_train_and_infer_through_the_cli_match_plaintext(
     x, y = by_id(split.id_train, split.x_train, split.y_train)
     model = plaintext_train(models.LogisticRegression(), x, y, epochs=1, seed=11)
     x_test, y_test, id_test = by_id(split.id_test, split.x_test, split.y_test, split.id_test)
-    assert np.array_equal(ids, id_test)
+    assert np.array_equal(ids.astype(np.int64), id_test)
     with torch.no_grad():
         plain = model(torch.from_numpy(x_test)).numpy().reshape(-1)
     assert np.abs(secure - plain).max() <= 0.05

@@ -202,7 +202,7 @@ def test_a_party_runs_at_most_max_concurrent_jobs_and_queues_the_rest(
         plain = net(torch.from_numpy(split.x_test)).numpy()
     for job in jobs:
         secure, ids = predictions(job.result(), "alice")
-        assert np.array_equal(ids, split.id_test)
+        assert np.array_equal(ids.astype(np.int64), split.id_test)
         assert np.abs(secure - plain).max() <= OUTPUT_TOLERANCE
 
 

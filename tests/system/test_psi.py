@@ -17,8 +17,9 @@ from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import plaintext_train
+from mpcml.party import catalogue
 from mpcml.proto.v1 import coordinator_pb2 as cpb
-from tests.system.conftest import part_ids
+from tests.system.conftest import mail_id, part_ids
 
 pytestmark = pytest.mark.system
 SHARES_CLUSTER = True
@@ -91,3 +92,55 @@ def test_an_intersection_under_min_rows_is_refused_naming_the_dataset(client: Cl
     assert status.state == cpb.FAILED
     assert "bc-few" in status.reason and "min_rows" in status.reason, status.reason
     assert "20" in status.reason, status.reason
+
+
+def test_e_mail_ids_align_as_text_and_reach_the_predictions_recipient(
+    cluster: LocalCluster, client: Client
+) -> None:
+    train = client.submit(
+        Job.train(
+            model=models.LogisticRegression(15),
+            features={"alice": "bc-mail"},
+            labels={"carol": "bc-mail-labels"},  # its ids carry stray spaces: trimmed
+            align_on="id",
+            epochs=EPOCHS,
+            lr=LR,
+            momentum=MOMENTUM,
+            seed=SEED,
+            reveal={"weights": ["carol"]},
+        )
+    )
+    assert train.wait(timeout=240).state == cpb.COMPLETED
+    ids, x, y = _joined(["alice", "carol"])
+    texts = [mail_id(int(i)) for i in ids]
+    order = sorted(range(len(texts)), key=lambda i: catalogue.id_order(texts[i]))
+    plain = plaintext_train(
+        models.LogisticRegression(15),
+        x[order][:, :15],
+        y[order],
+        epochs=EPOCHS,
+        lr=LR,
+        momentum=MOMENTUM,
+        seed=SEED,
+    ).state_dict()
+    [output] = train.result().outputs
+    secure = torch.load(output.path, weights_only=True)
+    for key, value in plain.items():
+        diff = float((secure[key].reshape(value.shape) - value).abs().max())
+        assert diff < OUTPUT_TOLERANCE, f"{key}: {diff} from plaintext on the joined rows"
+
+    infer = client.submit(
+        Job.infer(
+            from_job=train.id,
+            features={"alice": "bc-mail"},
+            align_on="id",
+            reveal={"predictions": ["carol"]},
+        )
+    )
+    assert infer.wait(timeout=120).state == cpb.COMPLETED
+    [output] = infer.result().outputs
+    with np.load(output.path) as npz:
+        received = npz["ids"].tolist()
+    split = data.breast_cancer()
+    held = [mail_id(int(i)) for i in part_ids("alice", split.id_train)]
+    assert received == sorted(held, key=catalogue.id_order)

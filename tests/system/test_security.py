@@ -199,7 +199,7 @@ def test_near_identity_models_trained_on_bobs_rows_cannot_carry_them_to_alice(
     raw = np.loadtxt(
         cluster.parties_dir / "bob" / "data" / "bc_test.csv", delimiter=",", skiprows=1
     )
-    assert np.array_equal(ids, raw[:, 0]) and predictions.shape == (114, 15)
+    assert np.array_equal(ids.astype(np.float64), raw[:, 0]) and predictions.shape == (114, 15)
     assert np.abs(predictions - raw[:, 1:]).max() < 0.02
     before = len(client.jobs())
     for name, train in trains.items():

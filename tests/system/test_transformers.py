@@ -113,7 +113,7 @@ def _run(client: Client, job: Job) -> np.ndarray:
     status = handle.wait(timeout=300)
     assert status.state == cpb.COMPLETED, status.reason
     logits, ids = predictions(handle.result(), "alice")
-    assert np.array_equal(ids, np.arange(len(ids)))
+    assert np.array_equal(ids.astype(np.int64), np.arange(len(ids)))
     return logits
 
 
