@@ -16,6 +16,10 @@ STAMP := $(VENV)/.mpcml-installed
 SPU_VENV := .venv-spu
 SPU_SPEC ?= spu==0.9.5
 SPU_STAMP := $(SPU_VENV)/.installed
+# OpenMined's PSI, the peer bench/psi.py puts beside mpcml's: it pins protobuf 6.
+PSI_VENV := .venv-psi
+PSI_SPEC ?= openmined-psi==2.0.6
+PSI_STAMP := $(PSI_VENV)/.installed
 
 .PHONY: install test coverage test-fast test-crypten lint format proto bench demo clean
 
@@ -68,9 +72,14 @@ $(SPU_STAMP):
 	$(SPU_VENV)/bin/python -m pip install -q "$(SPU_SPEC)"
 	touch $(SPU_STAMP)
 
+$(PSI_STAMP):
+	test -x $(PSI_VENV)/bin/python || $(PYTHON) -m venv $(PSI_VENV)
+	$(PSI_VENV)/bin/python -m pip install -q "$(PSI_SPEC)"
+	touch $(PSI_STAMP)
+
 # Every benchmark, written to bench/REPORT.md with plots and bench/results.json (bench/report.py);
 # QUICK=1: the smallest workloads, on loopback and an emulated WAN, in about 10 minutes.
-bench: install $(SPU_STAMP)
+bench: install $(SPU_STAMP) $(PSI_STAMP)
 	$(PY) bench/report.py $(if $(QUICK),--quick)
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
@@ -79,4 +88,4 @@ demo: install
 	$(VENV)/bin/mpcml demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(VENV) $(SPU_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPU_VENV) $(PSI_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -353,7 +353,28 @@ def scaling_gloo(spec: dict[str, Any]) -> dict[str, Any]:
     return _gloo_launch(_scaling_gloo_party, spec["world_size"], spec)
 
 
+def psi(spec: dict[str, Any]) -> dict[str, Any]:
+    """One party of bench/psi.py: mpcml's PSI over the session's data plane."""
+    import time
+
+    from bench import psi as psi_bench
+    from bench.sessions import open_session, peak_rss
+    from mpcml.party.inputs import CommChannel
+    from mpcml.psi.protocol import intersect
+
+    with open_session(spec) as session:
+        mine = [i.encode() for i in psi_bench.ids(spec["rank"], spec["n"])]
+        ranks = list(range(spec["world_size"]))
+        before = sum(session.traffic.sent)
+        began = time.perf_counter()
+        found = intersect(mine, spec["rank"], ranks, CommChannel())
+        seconds = time.perf_counter() - began
+        sent = sum(session.traffic.sent) - before
+    return {"seconds": seconds, "bytes": sent, "shared": found.size, "peak_rss": peak_rss()}
+
+
 ROLES = {
+    "psi": psi,
     "grpc-mpc": grpc_mpc,
     "gloo-mpc": gloo_mpc,
     "grpc-tput": grpc_tput,

@@ -82,6 +82,7 @@ SUITES = [
     Suite("The data plane", "transport.py"),
     Suite("Failure detection", "failure_detection.py"),
     Suite("Share randomness (PRG)", "prg.py"),
+    Suite("Private set intersection", "psi.py", figures=True),
     Suite("Load", "load.py"),
     Suite("Model zoo", "models.py"),
 ]
