@@ -150,7 +150,9 @@ def _check_predictions(client: Client, job_id: str, expected_ids: np.ndarray) ->
         scores, ids = predictions(result, "alice")
     except (ClientError, StopIteration, OSError, KeyError, ValueError) as exc:
         return f"job {job_id}: alice has no predictions ({type(exc).__name__}: {exc})"
-    if scores.shape != (len(expected_ids), 10) or not np.array_equal(ids, expected_ids):
+    if scores.shape != (len(expected_ids), 10) or not np.array_equal(
+        ids.astype(np.int64), expected_ids
+    ):
         return f"job {job_id}: alice's predictions have shape {scores.shape}, not one per image"
     return None
 

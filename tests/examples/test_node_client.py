@@ -135,7 +135,7 @@ def test_node_client_runs_a_private_model_job_that_matches_plaintext(
     assert [o.party for o in result.outputs] == ["alice"]
     secure, ids = predictions(result, "alice")
     split = data.digits()
-    assert np.array_equal(ids, split.id_test)
+    assert np.array_equal(ids.astype(np.int64), split.id_test)
     net = models.DigitsMLP()
     net.load_state_dict(
         torch.load(cluster.parties_dir / "bob" / "models" / "digits_mlp.pt", weights_only=True)

@@ -81,13 +81,13 @@ CASES = [
     ),
     (
         "row-mismatch",
-        _train(features={"alice": "bc-train", "bob": "bc-test"}),
+        _train(features={"alice": "bc-train", "bob": "bc-test"}, align_on=""),  # by position
         "INVALID_ARGUMENT",
         "dataset 'bc-test' of party 'bob' has 114 rows",
     ),
     (
         "label-rows",
-        _train(labels={"carol": "bc-test-labels"}),
+        _train(labels={"carol": "bc-test-labels"}, align_on=""),  # with align_on: PSI's rows
         "INVALID_ARGUMENT",
         "labels 'bc-test-labels' of party 'carol' have 114 rows",
     ),
