@@ -95,6 +95,20 @@ class Run:
         return COORDINATOR in recipients(self.spec, jpb.OUTPUT_METRICS)
 
 
+def _new_run(job: Job, spec: jpb.JobSpec, history: History) -> Run:
+    """A run of `job` that goes on from its resume round, as its history says."""
+    resume = _resume_round(spec, history)
+    return Run(
+        job.job_id,
+        spec,
+        list(spec.parties),
+        history.total_rounds,
+        resume_round=resume,
+        round=resume,
+        attempt=history.resumes,
+    )
+
+
 class Runs:
     """Every job between STARTING and its end."""
 
@@ -155,19 +169,11 @@ class Runs:
         spec = jpb.JobSpec.FromString(job.spec)
         events = self.store.events(job.job_id)
         history = job_history(events)
-        resume = _resume_round(spec, history)
-        run = Run(
-            job.job_id,
-            spec,
-            list(spec.parties),
-            history.total_rounds,
-            resume_round=resume,
-            round=max(resume, job.current_round) if job.state == JobState.RUNNING else resume,
-            attempt=history.resumes,
-            absent=set(spec.parties),
-            taken_over=self._clock(),
-            go_sent=self._clock(),
-        )
+        run = _new_run(job, spec, history)
+        if job.state == JobState.RUNNING:
+            run.round = max(run.resume_round, job.current_round)
+        run.absent = set(spec.parties)
+        run.taken_over = run.go_sent = self._clock()
         started = [
             i
             for i, e in enumerate(events)
@@ -324,16 +330,7 @@ class Runs:
 
     def _start(self, job: Job, spec: jpb.JobSpec, links: list[PartyLink]) -> None:
         history = self.history(job.job_id)
-        resume = _resume_round(spec, history)
-        run = Run(
-            job.job_id,
-            spec,
-            list(spec.parties),
-            history.total_rounds,
-            resume_round=resume,
-            round=resume,
-            attempt=history.resumes,
-        )
+        run = _new_run(job, spec, history)
         self._runs[job.job_id] = run
         self.store.transition(job.job_id, JobState.STARTING)
         slots = [link.free_slot() or 0 for link in links]

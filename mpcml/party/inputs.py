@@ -122,6 +122,8 @@ class InputSharer:
         self.ranks = ranks
         self.shared_ids: list[str] | None = None
         """After `align`: the ids every party holds, as text, in the shared order."""
+        self._read: dict[str, catalogue.Table] = {}
+        """Tables `align` read for their ids, by dataset, until `_mine` takes them."""
 
     def _aligns(self) -> bool:
         return bool(self.spec.align_on) and self.spec.split == jpb.SPLIT_VERTICAL
@@ -143,7 +145,7 @@ class InputSharer:
             entry = self.config.datasets.get(mine.dataset)
             if entry is None:
                 raise DataError(f"party {self.me!r} has no dataset {mine.dataset!r}")
-            ids = [catalogue.id_text(v) for v in self._ids(entry, mine.dataset)]
+            ids = [str(v) for v in self._ids(entry, mine.dataset)]  # normalised at read
             found = intersect([i.encode() for i in ids], me, holders, CommChannel())
             self.shared_ids = sorted((ids[i] for i in found.rows), key=catalogue.id_order)
             log.info(
@@ -164,6 +166,7 @@ class InputSharer:
 
     def _ids(self, entry: DatasetEntry, dataset: str) -> np.ndarray:
         table = catalogue.read(entry)
+        self._read[dataset] = table  # `_mine` takes it: the file is read once per job
         if table.ids is None or entry.id_column != self.spec.align_on:
             raise DataError(f"dataset {dataset!r} has no id column {self.spec.align_on!r}")
         return table.ids
@@ -172,7 +175,7 @@ class InputSharer:
         entry = self.config.datasets.get(binding.dataset)
         if entry is None:
             raise DataError(f"party {self.me!r} has no dataset {binding.dataset!r}")
-        table = catalogue.read(entry)
+        table = self._read.pop(binding.dataset, None) or catalogue.read(entry)
         if self.shared_ids is not None:  # the PSI's rows, in the shared order
             table = self._shared_rows(table, binding.dataset)
         vocab = token_vocab(self.spec.graph) if what == FEATURES else None
@@ -200,10 +203,7 @@ class InputSharer:
         assert self.shared_ids is not None
         if table.ids is None:
             raise DataError(f"dataset {dataset!r} has no id column {self.spec.align_on!r}")
-        texts = [catalogue.id_text(v) for v in table.ids]
-        where = {t: i for i, t in enumerate(texts)}
-        if len(where) != len(texts):
-            raise DataError(f"dataset {dataset!r}: id column {self.spec.align_on!r} repeats ids")
+        where = {str(t): i for i, t in enumerate(table.ids)}  # read refused repeated ids
         missing = [t for t in self.shared_ids if t not in where]
         if missing:
             raise DataError(

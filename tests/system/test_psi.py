@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpcml.api.client import Client
+from mpcml.api.client import Client, JobHandle
 from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
@@ -42,38 +42,45 @@ def _joined(parties: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ids[keep], x[keep], y[keep]
 
 
+def _train(features: dict[str, str], labels: str) -> Job:
+    """Logistic regression on `features` (15 columns each), aligned on ids, weights to carol."""
+    return Job.train(
+        model=models.LogisticRegression(15 * len(features)),
+        features=features,
+        labels={"carol": labels},
+        align_on="id",
+        epochs=EPOCHS,
+        lr=LR,
+        momentum=MOMENTUM,
+        seed=SEED,
+        reveal={"weights": ["carol"]},
+    )
+
+
+def _assert_near_plaintext(job: JobHandle, x: np.ndarray, y: np.ndarray) -> None:
+    """The weights carol received, against plaintext PyTorch on the same rows and settings."""
+    width = x.shape[1]
+    plain = plaintext_train(
+        models.LogisticRegression(width), x, y, epochs=EPOCHS, lr=LR, momentum=MOMENTUM, seed=SEED
+    ).state_dict()
+    [output] = job.result().outputs
+    secure = torch.load(output.path, weights_only=True)
+    for key, value in plain.items():
+        diff = float((secure[key].reshape(value.shape) - value).abs().max())
+        assert diff < OUTPUT_TOLERANCE, f"{key}: {diff} from plaintext on the joined rows"
+
+
 @pytest.mark.parametrize("parties", [["alice", "carol"], ["alice", "bob", "carol"]])
 def test_a_vertical_job_on_partly_overlapping_lists_trains_on_the_shared_rows(
     cluster: LocalCluster, client: Client, parties: list[str]
 ) -> None:
     features = {p: "bc-part" for p in parties if p != "carol"}
-    width = 15 * len(features)
-    job = client.submit(
-        Job.train(
-            model=models.LogisticRegression(width),
-            features=features,
-            labels={"carol": "bc-part-labels"},
-            align_on="id",
-            epochs=EPOCHS,
-            lr=LR,
-            momentum=MOMENTUM,
-            seed=SEED,
-            reveal={"weights": ["carol"]},
-        )
-    )
+    job = client.submit(_train(features, "bc-part-labels"))
     status = job.wait(timeout=240)
     assert status.state == cpb.COMPLETED, status.reason
     ids, x, y = _joined(parties)
     assert 0 < len(ids) < 455
-    plain = plaintext_train(
-        models.LogisticRegression(width), x[:, :width], y, epochs=EPOCHS, seed=SEED
-    )
-    expected = plain.state_dict()
-    [output] = job.result().outputs
-    secure = torch.load(output.path, weights_only=True)
-    for key, value in expected.items():
-        diff = float((secure[key].reshape(value.shape) - value).abs().max())
-        assert diff < OUTPUT_TOLERANCE, f"{key}: {diff} from plaintext on the joined rows"
+    _assert_near_plaintext(job, x[:, : 15 * len(features)], y)
     log = (cluster.logs / "alice.log").read_text()
     assert f"{len(ids)} of this party's" in log
 
@@ -97,37 +104,13 @@ def test_an_intersection_under_min_rows_is_refused_naming_the_dataset(client: Cl
 def test_e_mail_ids_align_as_text_and_reach_the_predictions_recipient(
     cluster: LocalCluster, client: Client
 ) -> None:
-    train = client.submit(
-        Job.train(
-            model=models.LogisticRegression(15),
-            features={"alice": "bc-mail"},
-            labels={"carol": "bc-mail-labels"},  # its ids carry stray spaces: trimmed
-            align_on="id",
-            epochs=EPOCHS,
-            lr=LR,
-            momentum=MOMENTUM,
-            seed=SEED,
-            reveal={"weights": ["carol"]},
-        )
-    )
+    # carol's ids carry stray spaces: trimmed
+    train = client.submit(_train({"alice": "bc-mail"}, "bc-mail-labels"))
     assert train.wait(timeout=240).state == cpb.COMPLETED
     ids, x, y = _joined(["alice", "carol"])
     texts = [mail_id(int(i)) for i in ids]
     order = sorted(range(len(texts)), key=lambda i: catalogue.id_order(texts[i]))
-    plain = plaintext_train(
-        models.LogisticRegression(15),
-        x[order][:, :15],
-        y[order],
-        epochs=EPOCHS,
-        lr=LR,
-        momentum=MOMENTUM,
-        seed=SEED,
-    ).state_dict()
-    [output] = train.result().outputs
-    secure = torch.load(output.path, weights_only=True)
-    for key, value in plain.items():
-        diff = float((secure[key].reshape(value.shape) - value).abs().max())
-        assert diff < OUTPUT_TOLERANCE, f"{key}: {diff} from plaintext on the joined rows"
+    _assert_near_plaintext(train, x[order][:, :15], y[order])
 
     infer = client.submit(
         Job.infer(
