@@ -5,14 +5,20 @@ Each party holds `n` string ids, half of them shared by every party, and runs mp
 TLS), the group arithmetic from libsodium through PyNaCl on the party's threads. Beside it, on
 the same sets, OpenMined's `openmined-psi` (two parties: its client and server in one process,
 as its own benchmarks run it; it pins protobuf 6, so it runs in an environment of its own,
-`.venv-psi`, made by `make bench`). Target (issue 29): 10^6 x 10^6 ids under 3 minutes on this
+`.venv-psi`, made by `make bench`), and SecretFlow's two-party ECDH-PSI and RR22 from the `spu`
+wheel (`.venv-spu`, numpy < 2). Target (issue 29): 10^6 x 10^6 ids under 3 minutes on this
 2-core machine. Run by `make bench`; `--quick` stops at 10^5.
+
+Then the datasets those ids come from: a 10^6-row, 30-column table with string ids, as CSV and
+as Parquet, registered (`describe`) and loaded (`read`) by the party's catalogue in a fresh
+process each: seconds, and peak memory above the process's size before the load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -101,19 +107,160 @@ def openmined_psi(n: int) -> dict[str, Any] | None:
     }
 
 
+LOAD = """
+import json, resource, sys, time
+from pathlib import Path
+from mpcml.party import catalogue
+from mpcml.party.config import DatasetEntry
+entry = DatasetEntry(name="customers", path=Path(sys.argv[1]), id_column="id")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+began = time.perf_counter()
+info = catalogue.describe(entry)
+described = time.perf_counter()
+table = catalogue.read(entry)
+read = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert info.rows == len(table.values) and table.ids is not None
+print(json.dumps({"describe_s": described - began, "read_s": read - described,
+                  "peak_mib": (peak - before) / 1024, "values_mib": table.values.nbytes / 2**20,
+                  "ids_mib": table.ids.nbytes / 2**20}))
+"""
+
+
+def load_bench(tmp: Path, rows: int, columns: int) -> list[dict[str, Any]]:
+    """Write one table as CSV and Parquet; describe and read each in a fresh process."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    table = pa.table(
+        {
+            "id": ids(0, rows),
+            **{f"x{j}": rng.standard_normal(rows).astype(np.float32) for j in range(columns)},
+        }
+    )
+    paths = [tmp / "customers.csv", tmp / "customers.parquet"]
+    pacsv.write_csv(table, paths[0])
+    pq.write_table(table, paths[1])
+    del table
+    out = []
+    for path in paths:
+        run = subprocess.run(
+            [sys.executable, "-c", LOAD, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        if run.returncode:
+            raise RuntimeError(f"loading {path.name} failed: {run.stderr.strip()[-800:]}")
+        figures = json.loads(run.stdout.strip().splitlines()[-1])
+        out.append({"format": path.suffix[1:], "file_mib": path.stat().st_size / 2**20, **figures})
+    return out
+
+
+SPU_PYTHON = ROOT / ".venv-spu" / "bin" / "python"
+SPU = """
+import json, sys, time
+import spu.libspu as libspu
+import spu.psi as psi
+rank, protocol, folder = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ports = [int(p) for p in sys.argv[4].split(",")]
+desc = libspu.link.Desc()
+desc.recv_timeout_ms = 3_600_000
+for i, port in enumerate(ports):
+    desc.add_party(f"party{i}", f"127.0.0.1:{port}")
+link = libspu.link.create_brpc(desc, rank)
+config = psi.PsiExecuteConfig(
+    protocol_conf=psi.PsiProtocolConfig(
+        protocol=getattr(psi.PsiProtocol, f"PROTOCOL_{protocol.upper()}"),
+        receiver_rank=0,
+        broadcast_result=True,
+        ecdh_params=psi.EcdhParams(curve=psi.EllipticCurveType.CURVE_25519),
+    ),
+    input_params=psi.InputParams(
+        path=f"{folder}/ids{rank}.csv", selected_keys=["id"], keys_unique=True
+    ),
+    output_params=psi.OutputParams(path=f"{folder}/out{rank}.csv", disable_alignment=True),
+)
+link.barrier()
+began = time.perf_counter()
+report = psi.psi_execute(config, link)
+seconds = time.perf_counter() - began
+link.stop_link()
+print(json.dumps({"seconds": seconds, "shared": report.intersection_count}))
+"""
+
+
+def _loopback_bytes() -> int:
+    """Bytes sent on the loopback interface so far (Linux), for peers that count none."""
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            return int(counters.split()[8])
+    return 0
+
+
+def spu_psi(n: int, protocol: str, tmp: Path) -> dict[str, Any] | None:
+    """SecretFlow's two-party PSI (`spu.psi.psi_execute`) on the same sets.
+
+    From CSV files, as it reads them; one process per party over brpc on loopback. It exposes
+    no byte count: the loopback interface's bytes during the run (both parties, TCP/IP headers
+    included) stand in.
+    """
+    if not SPU_PYTHON.exists():
+        return None
+    from mpcml.transport.address import free_ports
+
+    folder = tmp / f"spu-{protocol}-{n}"
+    folder.mkdir(exist_ok=True)
+    for rank in (0, 1):
+        (folder / f"ids{rank}.csv").write_text("id\n" + "\n".join(ids(rank, n)) + "\n")
+    ports = ",".join(str(p) for p in free_ports(2))
+    before = _loopback_bytes()
+    runs = [
+        subprocess.Popen(
+            [str(SPU_PYTHON), "-c", SPU, str(rank), protocol, str(folder), ports],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outs = [r.communicate(timeout=3600) for r in runs]
+    sent = _loopback_bytes() - before
+    if any(r.returncode for r in runs):
+        print(f"spu psi {protocol} failed: {outs[0][1].strip()[-500:]}", file=sys.stderr)
+        return None
+    figures = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    return {
+        "n": n,
+        "protocol": protocol,
+        "seconds": max(f["seconds"] for f in figures),
+        "bytes_per_id": sent / 2 / n,
+        "shared": figures[0]["shared"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="10^4 and 10^5 ids only")
     parser.add_argument("--sizes", type=int, nargs="+", help="ids per party (default 10^4-10^6)")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--load-rows", type=int, default=1_000_000, help="rows of the load table")
+    parser.add_argument("--no-psi", action="store_true", help="the load table only")
     args = parser.parse_args()
     sizes = args.sizes or (SIZES[:2] if args.quick else SIZES)
     rows: list[dict[str, Any]] = []
     peers: list[dict[str, Any]] = []
+    spus: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mpcml-psi-") as folder:
         tmp = Path(folder)
         pki = make_pki(tmp / "pki", NAMES)
-        for n in sizes:
+        for n in [] if args.no_psi else sizes:
             for parties in PARTIES:
                 rows.append(mpcml_psi(n, parties, tmp, pki))
                 print(
@@ -123,21 +270,49 @@ def main() -> None:
             peer = openmined_psi(n)
             if peer is not None:
                 peers.append(peer)
+            for protocol in ("ecdh", "rr22"):
+                theirs = spu_psi(n, protocol, tmp)
+                if theirs is not None:
+                    spus.append(theirs)
+                    print(f"spu {protocol}, {n} ids: {theirs['seconds']:.1f} s", file=sys.stderr)
+        loads = load_bench(tmp, args.load_rows, 30)
     print(
         "| ids per party | parties | mpcml s | mpcml B/id | shared found | peak MiB/party "
-        "| openmined-psi s (2 parties) | its B/id |"
+        "| openmined-psi s | its B/id | SPU ECDH s | its B/id | SPU RR22 s | its B/id |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     by_n = {p["n"]: p for p in peers}
+    by_spu = {(p["n"], p["protocol"]): p for p in spus}
     for r in rows:
-        peer = by_n.get(r["n"]) if r["parties"] == 2 else None
-        theirs = f"{peer['seconds']:.1f} | {peer['bytes_per_id']:.0f}" if peer else "- | -"
+        cells = []
+        for peer in (by_n.get(r["n"]), by_spu.get((r["n"], "ecdh")), by_spu.get((r["n"], "rr22"))):
+            two = peer is not None and r["parties"] == 2
+            cells.append(f"{peer['seconds']:.1f} | {peer['bytes_per_id']:.0f}" if two else "- | -")
         print(
             f"| {r['n']:,} | {r['parties']} | {r['seconds']:.1f} | {r['bytes_per_id']:.0f} | "
-            f"{r['shared']:,} | {r['peak_mib']:.0f} | {theirs} |"
+            f"{r['shared']:,} | {r['peak_mib']:.0f} | {' | '.join(cells)} |"
+        )
+    print(
+        "peers: two parties only. openmined-psi runs client and server in one process; SPU runs "
+        "one process per party over brpc, its bytes counted on the loopback interface (TCP/IP "
+        "headers included)."
+    )
+    print()
+    print(
+        f"| {args.load_rows:,} rows x 30 columns | file MiB | describe s | read s "
+        "| peak MiB over start | values MiB | ids MiB |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for load in loads:
+        print(
+            f"| {load['format']} | {load['file_mib']:.0f} | {load['describe_s']:.2f} | "
+            f"{load['read_s']:.2f} | {load['peak_mib']:.0f} | {load['values_mib']:.0f} | "
+            f"{load['ids_mib']:.0f} |"
         )
     if args.json:
-        args.json.write_text(json.dumps({"mpcml": rows, "openmined": peers}))
+        args.json.write_text(
+            json.dumps({"mpcml": rows, "openmined": peers, "spu": spus, "load": loads})
+        )
 
 
 if __name__ == "__main__":

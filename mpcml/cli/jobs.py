@@ -129,6 +129,8 @@ def _status_line(s: cpb.JobStatus) -> str:
         f"{s.job_id}  {cpb.JobState.Name(s.state):<9}  round {s.current_round}/"
         f"{s.total_rounds}  {s.name or '-'}  [{', '.join(s.parties)}]"
     )
+    if s.rows:
+        line += f"  rows={s.rows}"
     if metrics:
         line += f"  {metrics}"
     if s.reason:

@@ -84,10 +84,14 @@ def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
     history = job_history(events)
     status.total_rounds = history.total_rounds
     status.committed_round, status.resumes = history.committed, history.resumes
+    rows: dict[str, int] = {}
     for event in events:
         if event.kind in (EventKind.ROUND_DONE, EventKind.FINAL_METRICS):
             status.metrics.clear()
             status.metrics.update(event.data.get("metrics", {}))
+        elif event.kind == EventKind.PARTY_READY:
+            rows[str(event.data.get("party"))] = int(event.data.get("rows", 0))
+    status.rows = max(rows.values(), default=0)  # every party reports the job's input rows
     return status
 
 

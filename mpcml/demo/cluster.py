@@ -81,8 +81,12 @@ class LocalCluster:
         metrics: bool = False,
         log_format: str = "text",
         network: str = "",
+        insecure: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.insecure = insecure
+        """Every daemon and the client over plaintext gRPC (`--insecure`): for tests that read
+        the traffic on the wire."""
         self.network = network
         """Every party's emulated network (`delay=20ms,bandwidth=352mbit`), for benchmarks."""
         self.parties = list(parties)
@@ -116,6 +120,9 @@ class LocalCluster:
             p: f"127.0.0.1:{port}"
             for p, port in zip(self.parties, ports[2 : 2 + len(self.parties)], strict=True)
         }
+        self.data_routes: dict[str, str] = {}
+        """The data-plane address a party announces to its peers where it is not the one it
+        listens on (a relay that records the traffic); read when the party starts."""
         self.heartbeat_timeout = heartbeat_timeout
         self.log_level = log_level
         self.roster = [*self.parties, *roster_extra]
@@ -135,8 +142,10 @@ class LocalCluster:
             certs.issue(self.certs, party, role="party", sans=loopback)
         certs.issue(self.certs, CLIENT, role="client")
 
-    def client_tls(self) -> TLSFiles:
-        """The submitter's certificate."""
+    def client_tls(self) -> TLSFiles | None:
+        """The submitter's certificate; None on a plaintext cluster."""
+        if self.insecure:
+            return None
         return TLSFiles(
             self.certs / "ca.pem", self.certs / f"{CLIENT}.pem", self.certs / f"{CLIENT}.key"
         )
@@ -163,7 +172,7 @@ class LocalCluster:
         return {
             "MPCML_COORDINATOR": self.coordinator_routes.get(party, self.coordinator_address),
             "MPCML_DEALER": self.dealer_address,
-            "MPCML_DATA_ADDRESS": self.data_addresses[party],
+            "MPCML_DATA_ADDRESS": self.data_routes.get(party, self.data_addresses[party]),
             "MPCML_LISTEN": self.data_addresses[party],
             "MPCML_TLS_CA": str(self.certs / "ca.pem"),
             "MPCML_TLS_CERT": str(self.certs / f"{party}.pem"),
@@ -194,6 +203,8 @@ class LocalCluster:
         env = {**env, logs.ENV: self.log_level, logs.FORMAT_ENV: self.log_format}
         if name in self.metrics_addresses:
             env["MPCML_METRICS_ADDRESS"] = self.metrics_addresses[name]
+        if self.insecure:
+            args = [*args, "--insecure"]
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "mpcml.cli.main", *args],
             stdout=log,
@@ -236,7 +247,7 @@ class LocalCluster:
         self.start_dealer()
         for party in self.parties:
             self.start_party(party)
-        client = Client(self.coordinator_address, self.client_tls())
+        client = Client(self.coordinator_address, self.client_tls(), insecure=self.insecure)
         self.wait_for_dealer(timeout)
         self.wait_for_parties(client, timeout)
         self.client = client

@@ -7,7 +7,10 @@ tests can check them against `breast_cancer()` and `digits()`.
 The breast-cancer features are split vertically: alice holds the first 15 columns, bob the last
 15 and carol the labels, joined by the `id` column. Bob writes his rows sorted by id (a different
 order from alice's and carol's), so a job must align rows by id; his `*_positional.csv` copies are
-in alice's order for jobs that align by position. For the digits, alice holds test images and bob
+in alice's order for jobs that align by position. The same rows as customer lists
+(`customers_*.csv`, text ids such as `CUST-000512`) overlap only partly: alice lacks the rows
+whose id is a multiple of 7, bob those of 5, so a job on them aligns rows by private set
+intersection and runs on the rows both hold. For the digits, alice holds test images and bob
 a privately trained classifier (private inference); likewise for the reviews (`sentiment.py`):
 alice's token sequences, bob's small BERT.
 """
@@ -33,6 +36,8 @@ from mpcml.demo.models import DigitsMLP
 BC_TRAIN_ROWS = 455
 DIGITS_TRAIN_ROWS = 1437
 ALICE_COLUMNS = 15
+LACKS = {"alice": 7, "bob": 5}
+"""Each feature party's customer lists lack the rows whose id is a multiple of this."""
 
 
 @dataclass(frozen=True)
@@ -137,13 +142,36 @@ def accuracy(model: nn.Module, x: npt.NDArray[np.float32], y: npt.NDArray[Any]) 
     return float((predicted == y).mean())
 
 
+def customer_id(row: int) -> str:
+    """A row's id in the customer lists: text, as account numbers are held."""
+    return f"CUST-{int(row):06d}"
+
+
+def holds(party: str, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Which of these rows `party`'s customer lists hold."""
+    return np.asarray(ids % LACKS[party] != 0) if party in LACKS else np.ones(len(ids), bool)
+
+
+def shared_customers(
+    x: npt.NDArray[np.float32], y: npt.NDArray[Any], ids: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.str_], npt.NDArray[np.float32], npt.NDArray[Any]]:
+    """The rows alice and bob both hold, in a job's order (by id): ids, features, labels."""
+    keep = holds("alice", ids) & holds("bob", ids)
+    text = np.array([customer_id(i) for i in ids[keep]])
+    order = np.argsort(text, kind="stable")  # zero-padded: text order is number order
+    return text[order], x[keep][order], y[keep][order]
+
+
 def _write_csv(
     path: Path,
     header: Sequence[str],
-    ids: npt.NDArray[np.int64],
+    ids: npt.NDArray[Any],
     values: npt.NDArray[Any],
 ) -> None:
-    """One `id,...` CSV; `%.9g` round-trips float32 exactly, integers are written as integers."""
+    """One `id,...` CSV; `%.9g` round-trips float32 exactly, integers are written as integers.
+
+    Ids are written as they are: whole numbers, or text.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     integers = np.issubdtype(values.dtype, np.integer)
 
@@ -154,7 +182,8 @@ def _write_csv(
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(["id", *header])
         for row_id, row in zip(ids, values.reshape(len(ids), -1), strict=True):
-            writer.writerow([int(row_id), *(as_text(v) for v in row)])
+            row_id = row_id if isinstance(row_id, str) else int(row_id)
+            writer.writerow([row_id, *(as_text(v) for v in row)])
 
 
 def write_parties(parties_dir: Path) -> None:
@@ -172,6 +201,21 @@ def write_parties(parties_dir: Path) -> None:
         _write_csv(parties_dir / "bob/data" / f"bc_{name}_positional.csv", right, ids, bob)
         labels = y.astype(np.int64)
         _write_csv(parties_dir / "carol/data" / f"bc_{name}_labels.csv", ["label"], ids, labels)
+        text = np.array([customer_id(i) for i in ids])
+        a = holds("alice", ids)
+        _write_csv(
+            parties_dir / "alice/data" / f"customers_{name}.csv",
+            left,
+            text[a],
+            x[a][:, :ALICE_COLUMNS],
+        )
+        b = np.flatnonzero(holds("bob", ids))
+        b = b[np.argsort(ids[b], kind="stable")]
+        _write_csv(parties_dir / "bob/data" / f"customers_{name}.csv", right, text[b], bob[b])
+        if name == "train":
+            _write_csv(
+                parties_dir / "carol/data/customers_train_labels.csv", ["label"], text, labels
+            )
 
     dg = digits()
     (parties_dir / "alice/data").mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import csv
 import pickle
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from mpcml.errors import MpcmlError
 from mpcml.graph.digest import weights_commitment
@@ -42,11 +47,17 @@ def read(entry: DatasetEntry) -> Table:
     try:
         if entry.path.suffix == ".npz":
             return _read_npz(entry)
+        if entry.path.suffix == ".parquet":
+            return _read_parquet(entry)
         return _read_csv(entry)
     except OSError as exc:
         raise DataError(
-            f"dataset {entry.name!r}: cannot read {entry.path}: {exc.strerror}"
+            f"dataset {entry.name!r}: cannot read {entry.path}: {_reason(exc)}"
         ) from None
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc).splitlines()[0]
 
 
 def id_text(value: Any) -> str:
@@ -70,50 +81,120 @@ def id_order(text: str) -> tuple[int, float, str]:
         return (1, 0.0, text)
 
 
-def _checked_ids(entry: DatasetEntry, texts: Sequence[str], first_row: int) -> np.ndarray:
-    """The ids as a text array; an empty or repeated id is refused naming its row(s)."""
-    seen: dict[str, int] = {}
-    for i, text in enumerate(texts):
-        row = first_row + i
-        if not text:
-            raise DataError(f"dataset {entry.name!r}: row {row} has an empty id")
-        if text in seen:
-            raise DataError(
-                f"dataset {entry.name!r}: rows {seen[text]} and {row} have the same id "
-                f"({entry.id_column!r})"
-            )
-        seen[text] = row
-    return np.array(list(texts), dtype=str)
+def _checked_ids(
+    entry: DatasetEntry, ids: pa.Array | pa.ChunkedArray, first_row: int
+) -> np.ndarray:
+    """The ids, trimmed, as a text array; an empty or repeated id is refused naming its row(s).
+
+    The checks run in Arrow; only a refusal walks the ids in Python, to name the rows.
+    """
+    texts = pc.utf8_trim_whitespace(ids)
+    empty = pc.equal(pc.utf8_length(texts), 0)
+    if pc.any(empty).as_py():
+        row = first_row + pc.index(empty, True).as_py()
+        raise DataError(f"dataset {entry.name!r}: row {row} has an empty id")
+    if pc.count_distinct(texts).as_py() < len(texts):
+        seen: dict[str, int] = {}
+        for i, text in enumerate(texts.to_pylist()):
+            if text in seen:
+                raise DataError(
+                    f"dataset {entry.name!r}: rows {seen[text]} and {first_row + i} have the same "
+                    f"id ({entry.id_column!r})"
+                )
+            seen[text] = first_row + i
+    return np.asarray(texts.to_numpy(zero_copy_only=False), dtype=str)
+
+
+def _csv_header(entry: DatasetEntry) -> list[str]:
+    with entry.path.open(newline="") as f:
+        header = next(csv.reader(f), None)
+    if not header:
+        raise DataError(f"dataset {entry.name!r}: {entry.path} is empty")
+    if entry.id_column and entry.id_column not in header:
+        raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
+    return header
 
 
 def _read_csv(entry: DatasetEntry) -> Table:
+    """Parsed by Arrow's CSV reader into typed columns: features float32, the id column text."""
+    header = _csv_header(entry)
+    types = {entry.id_column: pa.string()} if entry.id_column else {}
+    try:
+        table = pacsv.read_csv(
+            entry.path,
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                default_column_type=pa.float32(),
+                null_values=[""],
+                strings_can_be_null=False,
+            ),
+        )
+    except pa.ArrowInvalid:
+        _diagnose_csv(entry, header)
+        raise
+    return _table(entry, table, first_row=2)
+
+
+def _diagnose_csv(entry: DatasetEntry, header: list[str]) -> None:
+    """Name the first row and column Arrow could not read; values stay out of the message."""
+    width = len(header)
     with entry.path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows:
-        raise DataError(f"dataset {entry.name!r}: {entry.path} is empty")
-    header, body = rows[0], rows[1:]
-    for n, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise DataError(
-                f"dataset {entry.name!r}: row {n} of {entry.path} has {len(row)} cells, its "
-                f"header {len(header)}"
-            )
+        rows = csv.reader(f)
+        next(rows)
+        for n, row in enumerate(rows, start=2):
+            if len(row) != width:
+                raise DataError(
+                    f"dataset {entry.name!r}: row {n} of {entry.path} has {len(row)} cells, its "
+                    f"header {width}"
+                )
+            for column, cell in zip(header, row, strict=True):
+                if column == entry.id_column:
+                    continue
+                try:
+                    float(cell)
+                except ValueError:
+                    raise DataError(
+                        f"dataset {entry.name!r}: row {n} of {entry.path} has a non-numeric "
+                        f"value in column {column!r}"
+                    ) from None
+
+
+def _read_parquet(entry: DatasetEntry) -> Table:
+    try:
+        table = pq.read_table(entry.path)
+    except pa.ArrowInvalid as exc:
+        raise DataError(
+            f"dataset {entry.name!r}: {entry.path} is not a Parquet file: {str(exc)[:200]}"
+        ) from None
+    if entry.id_column and entry.id_column not in table.column_names:
+        raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
+    return _table(entry, table, first_row=0)
+
+
+def _table(entry: DatasetEntry, table: pa.Table, first_row: int) -> Table:
+    """Features as one float32 matrix, the id column apart; a missing value names its cell."""
     ids = None
     if entry.id_column:
-        if entry.id_column not in header:
-            raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
-        i = header.index(entry.id_column)
-        ids = _checked_ids(entry, [id_text(row[i]) for row in body], first_row=2)
-        body = [row[:i] + row[i + 1 :] for row in body]
-        header = [c for c in header if c != entry.id_column]
-    try:
-        values = np.array([[float(v) for v in row] for row in body], dtype=np.float64)
-    except ValueError as exc:
-        raise DataError(
-            f"dataset {entry.name!r}: {entry.path} has a non-numeric value: {exc}"
-        ) from None
-    values = values.reshape(len(body), len(header))
-    return Table(header, values.astype(np.float32), ids)
+        column = table.column(entry.id_column)
+        if pa.types.is_floating(column.type):
+            column = pa.array([id_text(v) for v in column.to_pylist()], pa.string())
+        elif not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            column = pc.cast(column, pa.string())
+        ids = _checked_ids(entry, column, first_row)
+        table = table.drop_columns([entry.id_column])
+    values = np.empty((table.num_rows, table.num_columns), dtype=np.float32)
+    for j, name in enumerate(table.column_names):
+        column = table.column(name)
+        if column.null_count:
+            row = first_row + pc.index(pc.is_null(column), True).as_py()
+            raise DataError(f"dataset {entry.name!r}: row {row} has no value in column {name!r}")
+        if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+            raise DataError(
+                f"dataset {entry.name!r}: column {name!r} of {entry.path} is {column.type}, "
+                "not numbers"
+            )
+        values[:, j] = column.to_numpy()
+    return Table(table.column_names, values, ids)
 
 
 def _read_npz(entry: DatasetEntry) -> Table:
@@ -129,7 +210,7 @@ def _read_npz(entry: DatasetEntry) -> Table:
                 )
             raw = np.asarray(npz[entry.id_column]).reshape(-1)
             texts = [str(int(v)) if raw.dtype.kind in "iu" else id_text(v) for v in raw]
-            ids = _checked_ids(entry, texts, first_row=0)
+            ids = _checked_ids(entry, pa.array(texts, pa.string()), first_row=0)
         if entry.mask and entry.mask not in npz:
             raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {entry.mask!r}")
         mask = np.asarray(npz[entry.mask], dtype=np.float32) if entry.mask else None
@@ -144,16 +225,90 @@ def _read_npz(entry: DatasetEntry) -> Table:
     return Table(columns, values, ids, mask)
 
 
+_described: dict[tuple[DatasetEntry, int, int], cpb.DatasetInfo] = {}
+"""Descriptions by dataset and file version (size, mtime): a party registers again at every
+attach, and a file that did not change is not read again."""
+
+
 def describe(entry: DatasetEntry) -> cpb.DatasetInfo:
-    """The public description the party registers with."""
-    table = read(entry)
-    return cpb.DatasetInfo(
-        name=entry.name,
-        columns=table.columns,
-        rows=len(table.values),
-        row_shape=list(table.values.shape[1:]),
-        id_column=entry.id_column,
-    )
+    """The public description the party registers with, read without converting the values.
+
+    CSV: the header, and the rows counted by Arrow's streaming reader holding one column;
+    Parquet: its footer; .npz: the arrays' headers. The values are checked when a job loads them.
+    """
+    try:
+        stat = entry.path.stat()
+        key = (entry, stat.st_size, stat.st_mtime_ns)
+        if key not in _described:
+            columns, shape = _shape(entry)
+            _described[key] = cpb.DatasetInfo(
+                name=entry.name,
+                columns=columns,
+                rows=shape[0],
+                row_shape=list(shape[1:]),
+                id_column=entry.id_column,
+            )
+    except OSError as exc:
+        raise DataError(
+            f"dataset {entry.name!r}: cannot read {entry.path}: {_reason(exc)}"
+        ) from None
+    return _described[key]
+
+
+def _shape(entry: DatasetEntry) -> tuple[list[str], tuple[int, ...]]:
+    """The feature columns and the values' shape."""
+    if entry.path.suffix == ".npz":
+        shapes = _npz_shapes(entry.path)
+        for name in (entry.array, entry.id_column, entry.mask):
+            if name and name not in shapes:
+                raise DataError(f"dataset {entry.name!r}: {entry.path} has no array {name!r}")
+        shape = shapes[entry.array]
+        return ([f"c{i}" for i in range(shape[1])] if len(shape) == 2 else []), shape
+    if entry.path.suffix == ".parquet":
+        try:
+            meta = pq.ParquetFile(entry.path)
+        except pa.ArrowInvalid as exc:
+            raise DataError(
+                f"dataset {entry.name!r}: {entry.path} is not a Parquet file: {str(exc)[:200]}"
+            ) from None
+        names = meta.schema_arrow.names
+        if entry.id_column and entry.id_column not in names:
+            raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
+        columns = [c for c in names if c != entry.id_column]
+        return columns, (meta.metadata.num_rows, len(columns))
+    header = _csv_header(entry)
+    rows = 0
+    try:
+        with pacsv.open_csv(
+            entry.path,
+            read_options=pacsv.ReadOptions(use_threads=False),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=[header[0]], column_types={header[0]: pa.string()}
+            ),
+        ) as reader:
+            for batch in reader:
+                rows += batch.num_rows
+    except pa.ArrowInvalid:
+        _diagnose_csv(entry, header)
+        raise
+    columns = [c for c in header if c != entry.id_column]
+    return columns, (rows, len(columns))
+
+
+def _npz_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Each array's shape, from the .npy headers inside the archive."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if not name.endswith(".npy"):
+                continue
+            with archive.open(name) as f:
+                if np.lib.format.read_magic(f) == (1, 0):
+                    shape, _, _ = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, _, _ = np.lib.format.read_array_header_2_0(f)
+            shapes[name[: -len(".npy")]] = tuple(shape)
+    return shapes
 
 
 def select(

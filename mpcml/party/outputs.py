@@ -95,14 +95,16 @@ class Revealer:
     def _row_ids(self, who: str, ids: np.ndarray | None, rank: int, rows: int) -> np.ndarray | None:
         """The aligned row ids for a recipient, who needs them to use the predictions.
 
-        They are sent by the first feature party, to `who` only, over the data plane, as a
-        JSON list of the ids' text (ids of any form: numbers, emails, account numbers).
+        A recipient holding one of the job's bindings has them: every holder took part in the
+        intersection. Any other gets them from the first feature party, where that party's
+        policy allows it (`outputs_to.ids`, checked when the job was vetted), to `who` only,
+        over the data plane, as a JSON list of the ids' text.
         """
         if not self.spec.align_on or self.spec.split != jpb.SPLIT_VERTICAL:
             return ids
-        src, dst = self.ranks[self.spec.features[0].party], self.ranks[who]
-        if src == dst:
+        if who in {b.party for b in [*self.spec.features, *self.spec.labels]}:
             return ids if who == self.me else None
+        src, dst = self.ranks[self.spec.features[0].party], self.ranks[who]
         if rank == src:
             texts = [str(v) for v in (ids if ids is not None else [])]
             CommChannel().send(dst, json.dumps(texts).encode())

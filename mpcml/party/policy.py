@@ -55,6 +55,9 @@ OUTPUTS = {
     "weights": jpb.OUTPUT_WEIGHTS,
     "metrics": jpb.OUTPUT_METRICS,
 }
+IDS = "ids"
+"""Not an output of the job but what comes with its predictions: the row ids of a vertical job,
+which the first features party sends to a predictions recipient holding none of the rows."""
 
 Source = tuple[str, str]
 """("dataset" or "model", its name in the party's catalogue)."""
@@ -311,11 +314,11 @@ class Rule:
 def _outputs_to(value: Any, where: str) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, dict):
         named = _names(value, where)
-        return dict.fromkeys(OUTPUTS, named)
-    unknown = sorted(set(value) - set(OUTPUTS))
+        return dict.fromkeys([*OUTPUTS, IDS], named)
+    unknown = sorted(set(value) - {*OUTPUTS, IDS})
     if unknown:
         raise ConfigError(
-            f"{where}: {unknown[0]!r} is not an output (outputs: {', '.join(OUTPUTS)})"
+            f"{where}: {unknown[0]!r} is not an output (outputs: {', '.join([*OUTPUTS, IDS])})"
         )
     return {k: _names(v, f"{where}.{k}") for k, v in value.items()}
 
@@ -436,7 +439,33 @@ def check(
                         f"{output_name} computed from its {kind} {name!r} would reach {who!r}, "
                         f"and {rule.where}.outputs_to does not name {who!r} for {output_name}",
                     )
+    ids = _ids_rule(policy, me, spec)
+    if not ids.allowed:
+        return ids
     return _floor(policy, me, spec, lineage, by_output, rows)
+
+
+def _ids_rule(policy: Policy, me: str, spec: jpb.JobSpec) -> Verdict:
+    """The row ids a vertical job's predictions carry reach a non-holder only if allowed.
+
+    A recipient holding a binding took part in the intersection and knows the shared ids; any
+    other recipient gets them from the first features party, whose dataset's rule decides.
+    """
+    if not spec.align_on or spec.split != jpb.SPLIT_VERTICAL or not spec.features:
+        return Verdict(True)
+    source = spec.features[0]
+    if source.party != me:
+        return Verdict(True)
+    holders = {b.party for b in [*spec.features, *spec.labels]}
+    rule = policy.rule(("dataset", source.dataset))
+    for who in recipients(spec, jpb.OUTPUT_PREDICTIONS):
+        if who not in holders and not rule.allows(IDS, who):
+            return Verdict(
+                False,
+                f"the row ids of its dataset {source.dataset!r} would reach {who!r} with the "
+                f"predictions, and {rule.where}.outputs_to does not name {who!r} for ids",
+            )
+    return Verdict(True)
 
 
 def _floor(

@@ -10,8 +10,10 @@ import numpy.typing as npt
 import pytest
 import torch
 
-from mpcml.demo.data import Split, accuracy, breast_cancer, digits
+from mpcml.demo.data import Split, accuracy, breast_cancer, digits, shared_customers
 from mpcml.demo.models import BreastCancerMLP, DigitsMLP, LogisticRegression
+from mpcml.party import catalogue
+from mpcml.party.config import DatasetEntry
 
 PARTIES = Path(__file__).resolve().parents[2] / "parties"
 
@@ -69,6 +71,38 @@ def test_breast_cancer_files(bc: Split, name: str) -> None:
     np.testing.assert_allclose(np.hstack([a_x, b_aligned]), x, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(p_x, b_aligned)
     np.testing.assert_array_equal(c_y[:, 0], y)
+
+
+@pytest.mark.parametrize("name", ["train", "test"])
+def test_the_customer_lists_overlap_partly_and_join_to_the_split(bc: Split, name: str) -> None:
+    x, y, ids = (
+        (bc.x_train, bc.y_train, bc.id_train)
+        if name == "train"
+        else (bc.x_test, bc.y_test, bc.id_test)
+    )
+    tables = {
+        party: catalogue.read(
+            DatasetEntry(party, PARTIES / party / "data" / f"customers_{name}.csv", id_column="id")
+        )
+        for party in ("alice", "bob")
+    }
+    held = {p: set(t.ids.tolist()) for p, t in tables.items() if t.ids is not None}
+    assert held["alice"] - held["bob"] and held["bob"] - held["alice"]  # each lacks some
+    shared, joined_x, joined_y = shared_customers(x, y, ids)
+    assert set(shared) == held["alice"] & held["bob"]
+    rows = {}
+    for party, table in tables.items():
+        assert table.ids is not None
+        where = {t: i for i, t in enumerate(table.ids.tolist())}
+        rows[party] = table.values[[where[t] for t in shared.tolist()]]
+    np.testing.assert_array_equal(np.hstack([rows["alice"], rows["bob"]]), joined_x)
+    if name == "train":
+        labels = catalogue.read(
+            DatasetEntry("l", PARTIES / "carol/data/customers_train_labels.csv", id_column="id")
+        )
+        assert labels.ids is not None and len(labels.ids) == len(ids)
+        where = {t: i for i, t in enumerate(labels.ids.tolist())}
+        np.testing.assert_array_equal(labels.values[[where[t] for t in shared], 0], joined_y)
 
 
 def test_digits_files(dg: Split) -> None:

@@ -371,3 +371,35 @@ def test_the_floor_covers_evaluations_weights_and_models_trained_earlier() -> No
         "(policy.min_rows sets it)"
     )
     assert check(policy, "bob", infer, ANALYST, _lineage("few", rows=500), ([100], [])).allowed
+
+
+def _vertical_infer(recipient: str, labels: bool = False) -> jpb.JobSpec:
+    spec = _infer({"alice": "customers-test", "bob": "customers-test"}, recipient)
+    spec.split, spec.align_on = jpb.SPLIT_VERTICAL, "id"
+    if labels:
+        spec.labels.append(jpb.DataBinding(party="carol", dataset="customers-train-labels"))
+    return spec
+
+
+def test_the_row_ids_reach_a_recipient_holding_no_rows_only_where_allowed() -> None:
+    # the example profiles let carol receive alice's ids with the predictions
+    lineage = _lineage("customers-test")
+    alice = _profile("alice").policy
+    assert check(alice, "alice", _vertical_infer("carol"), ANALYST, lineage).allowed
+    policy = _policy(
+        "[policy]\nsubmitters = ['analyst']\n"
+        "outputs_to = { predictions = ['carol', 'dave'], ids = ['carol'] }\n"
+    )
+    assert check(policy, "alice", _vertical_infer("carol"), ANALYST, lineage).allowed
+    verdict = check(policy, "alice", _vertical_infer("dave"), ANALYST, lineage)
+    assert verdict.reason == (
+        "the row ids of its dataset 'customers-test' would reach 'dave' with the predictions, "
+        "and policy.outputs_to does not name 'dave' for ids"
+    )
+    # bob sends no ids (alice's binding comes first); a recipient holding a binding needs none
+    assert check(policy, "bob", _vertical_infer("dave"), ANALYST, lineage).allowed
+    no_ids = _policy(
+        "[policy]\nsubmitters = ['analyst']\noutputs_to = { predictions = ['carol'] }\n"
+    )
+    assert check(no_ids, "alice", _vertical_infer("carol", labels=True), ANALYST, lineage).allowed
+    assert not check(no_ids, "alice", _vertical_infer("carol"), ANALYST, lineage).allowed

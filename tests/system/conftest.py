@@ -58,7 +58,8 @@ def _extend_profiles(parties: Path) -> None:
     # bob's policy keeps one dataset out of every job.
     toml = parties / "bob" / "party.toml"
     allowed = (
-        '["bc-train", "bc-test", "bc-train-positional", "bc-train-copy", "bc-part", "h-train"]'
+        '["bc-train", "bc-test", "bc-train-positional", "bc-train-copy", "bc-part", "h-train", '
+        '"customers-train", "customers-test"]'
     )
     toml.write_text(toml.read_text().replace('datasets = "*"', f"datasets = {allowed}"))
     shutil.copy(parties / "bob" / "data" / "bc_train.csv", parties / "bob" / "data" / "copy.csv")
@@ -258,13 +259,19 @@ def _write_text_ids(path: Path, header: list[str], ids: np.ndarray, rows: np.nda
     path.write_text("\n".join(lines) + "\n")
 
 
-def _system_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("system")
+def system_parties(root: Path) -> Path:
+    """The example parties with the system tests' extra datasets and rules, under `root`."""
     parties = root / "parties"
     shutil.copytree(
         PARTIES_DIR, parties, ignore=shutil.ignore_patterns("state", "results", "certs")
     )
     _extend_profiles(parties)
+    return parties
+
+
+def _system_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("system")
+    parties = system_parties(root)
     with LocalCluster(
         root / "run",
         parties_dir=parties,

@@ -61,6 +61,7 @@ predictions = ["carol"]
 
 def mpcml(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     tls = cluster.client_tls()
+    assert tls is not None
     env = {
         **os.environ,
         "MPCML_COORDINATOR": cluster.coordinator_address,

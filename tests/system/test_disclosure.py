@@ -249,6 +249,7 @@ def test_a_private_model_whose_keys_do_not_fit_the_graph_is_refused_at_submit(
 
 def test_the_cli_shows_each_models_commitment(cluster: LocalCluster) -> None:
     tls = cluster.client_tls()
+    assert tls is not None
     out = subprocess.run(
         [sys.executable, "-m", "mpcml.cli.main", "job", "parties"],
         env={

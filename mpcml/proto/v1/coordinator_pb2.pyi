@@ -110,7 +110,7 @@ class PartyStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest", "approximations")
+    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest", "approximations", "rows")
     class StateTimesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,7 @@ class JobStatus(_message.Message):
     RESUMES_FIELD_NUMBER: _ClassVar[int]
     GRAPH_DIGEST_FIELD_NUMBER: _ClassVar[int]
     APPROXIMATIONS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: JobState
@@ -159,7 +160,8 @@ class JobStatus(_message.Message):
     resumes: int
     graph_digest: str
     approximations: _job_pb2.ApproximationPlan
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ..., approximations: _Optional[_Union[_job_pb2.ApproximationPlan, _Mapping]] = ...) -> None: ...
+    rows: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ..., approximations: _Optional[_Union[_job_pb2.ApproximationPlan, _Mapping]] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("seq", "at", "kind", "round", "state", "metrics", "message", "total_rounds")
