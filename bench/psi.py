@@ -286,8 +286,10 @@ def main() -> None:
     for r in rows:
         cells = []
         for peer in (by_n.get(r["n"]), by_spu.get((r["n"], "ecdh")), by_spu.get((r["n"], "rr22"))):
-            two = peer is not None and r["parties"] == 2
-            cells.append(f"{peer['seconds']:.1f} | {peer['bytes_per_id']:.0f}" if two else "- | -")
+            if peer is None or r["parties"] != 2:
+                cells.append("- | -")
+            else:
+                cells.append(f"{peer['seconds']:.1f} | {peer['bytes_per_id']:.0f}")
         print(
             f"| {r['n']:,} | {r['parties']} | {r['seconds']:.1f} | {r['bytes_per_id']:.0f} | "
             f"{r['shared']:,} | {r['peak_mib']:.0f} | {' | '.join(cells)} |"
