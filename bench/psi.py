@@ -191,7 +191,7 @@ began = time.perf_counter()
 report = psi.psi_execute(config, link)
 seconds = time.perf_counter() - began
 link.stop_link()
-print(json.dumps({"seconds": seconds, "shared": report.intersection_count}))
+print("RESULT " + json.dumps({"seconds": seconds, "shared": report.intersection_count}))
 """
 
 
@@ -235,7 +235,10 @@ def spu_psi(n: int, protocol: str, tmp: Path) -> dict[str, Any] | None:
     if any(r.returncode for r in runs):
         print(f"spu psi {protocol} failed: {outs[0][1].strip()[-500:]}", file=sys.stderr)
         return None
-    figures = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    figures = [
+        json.loads(next(line[7:] for line in out.splitlines() if line.startswith("RESULT ")))
+        for out, _ in outs
+    ]
     return {
         "n": n,
         "protocol": protocol,
