@@ -11,7 +11,7 @@ wheel (`.venv-spu`, numpy < 2). Target (issue 29): 10^6 x 10^6 ids under 3 minut
 
 Then the datasets those ids come from: a 10^6-row, 30-column table with string ids, as CSV and
 as Parquet, registered (`describe`) and loaded (`read`) by the party's catalogue in a fresh
-process each: seconds, and peak memory above the process's size before the load.
+process each: seconds, and the process's peak memory above its resident size before the load.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ from pathlib import Path
 from mpcml.party import catalogue
 from mpcml.party.config import DatasetEntry
 entry = DatasetEntry(name="customers", path=Path(sys.argv[1]), id_column="id")
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+page_kib = resource.getpagesize() // 1024
+before = int(open("/proc/self/statm").read().split()[1]) * page_kib  # resident now, KiB
 began = time.perf_counter()
 info = catalogue.describe(entry)
 described = time.perf_counter()

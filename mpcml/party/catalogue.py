@@ -117,10 +117,13 @@ def _csv_header(entry: DatasetEntry) -> list[str]:
 
 def _read_csv(entry: DatasetEntry) -> Table:
     """Parsed by Arrow's CSV reader into typed columns: features float32, the id column text."""
-    header = _csv_header(entry)
+    return _table(entry, _arrow_csv(entry, _csv_header(entry)), first_row=2)
+
+
+def _arrow_csv(entry: DatasetEntry, header: list[str]) -> pa.Table:
     types = {entry.id_column: pa.string()} if entry.id_column else {}
     try:
-        table = pacsv.read_csv(
+        return pacsv.read_csv(
             entry.path,
             convert_options=pacsv.ConvertOptions(
                 column_types=types,
@@ -132,7 +135,6 @@ def _read_csv(entry: DatasetEntry) -> Table:
     except pa.ArrowInvalid:
         _diagnose_csv(entry, header)
         raise
-    return _table(entry, table, first_row=2)
 
 
 def _diagnose_csv(entry: DatasetEntry, header: list[str]) -> None:
@@ -160,30 +162,29 @@ def _diagnose_csv(entry: DatasetEntry, header: list[str]) -> None:
 
 
 def _read_parquet(entry: DatasetEntry) -> Table:
+    return _table(entry, _arrow_parquet(entry), first_row=0)
+
+
+def _arrow_parquet(entry: DatasetEntry) -> pa.Table:
     try:
-        table = pq.read_table(entry.path)
+        return pq.read_table(entry.path)
     except pa.ArrowInvalid as exc:
         raise DataError(
             f"dataset {entry.name!r}: {entry.path} is not a Parquet file: {str(exc)[:200]}"
         ) from None
-    if entry.id_column and entry.id_column not in table.column_names:
-        raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
-    return _table(entry, table, first_row=0)
 
 
 def _table(entry: DatasetEntry, table: pa.Table, first_row: int) -> Table:
     """Features as one float32 matrix, the id column apart; a missing value names its cell."""
-    ids = None
+    id_column = None
     if entry.id_column:
-        column = table.column(entry.id_column)
-        if pa.types.is_floating(column.type):
-            column = pa.array([id_text(v) for v in column.to_pylist()], pa.string())
-        elif not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            column = pc.cast(column, pa.string())
-        ids = _checked_ids(entry, column, first_row)
+        if entry.id_column not in table.column_names:
+            raise DataError(f"dataset {entry.name!r} has no id column {entry.id_column!r}")
+        id_column = table.column(entry.id_column)
         table = table.drop_columns([entry.id_column])
+    columns = table.column_names
     values = np.empty((table.num_rows, table.num_columns), dtype=np.float32)
-    for j, name in enumerate(table.column_names):
+    for j, name in enumerate(columns):
         column = table.column(name)
         if column.null_count:
             row = first_row + pc.index(pc.is_null(column), True).as_py()
@@ -194,7 +195,14 @@ def _table(entry: DatasetEntry, table: pa.Table, first_row: int) -> Table:
                 "not numbers"
             )
         values[:, j] = column.to_numpy()
-    return Table(table.column_names, values, ids)
+    ids = None
+    if id_column is not None:
+        if pa.types.is_floating(id_column.type):
+            id_column = pa.array([id_text(v) for v in id_column.to_pylist()], pa.string())
+        elif not (pa.types.is_string(id_column.type) or pa.types.is_large_string(id_column.type)):
+            id_column = pc.cast(id_column, pa.string())
+        ids = _checked_ids(entry, id_column, first_row)
+    return Table(columns, values, ids)
 
 
 def _read_npz(entry: DatasetEntry) -> Table:
