@@ -11,7 +11,7 @@ from pathlib import Path
 
 import mpcml
 from mpcml import logs
-from mpcml.cli import doctor, health, jobs, tune
+from mpcml.cli import audit, doctor, health, jobs, tune
 from mpcml.cli.exits import EXIT_BAD_INPUT
 from mpcml.security import certs
 
@@ -195,6 +195,7 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_certs)
 
     jobs.add_parsers(sub)
+    audit.add_parser(sub)
     health.add_parser(sub)
     doctor.add_parser(sub)
     tune.add_parser(sub)

@@ -25,6 +25,7 @@ from mpcml.jobs.coverage import dataset_rows
 from mpcml.jobs.order import epoch_order
 from mpcml.jobs.spec import RoundPlan, batch_size, recipients, round_plan
 from mpcml.party import policy, provenance
+from mpcml.party.audit import AuditLog
 from mpcml.party.catalogue import DataError, committed_model
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import (
@@ -68,8 +69,14 @@ class JobComputation:
         self.ids: np.ndarray | None = None
         self.rows: policy.Rows = ([], [])
         """The rows of each features and labels binding, as shared."""
+        self.audit = AuditLog(config.state_dir)
         self.reveal = Revealer(
-            self.spec, start.job_id, self.me, self.ranks, config.job_results(start.job_id)
+            self.spec,
+            start.job_id,
+            self.me,
+            self.ranks,
+            config.job_results(start.job_id),
+            self.audit,
         )
         crypten.cfg.communicator.verbose = True  # CrypTen counts rounds and bytes only then
 
@@ -85,6 +92,13 @@ class JobComputation:
                     f"the parties share no row ids ({spec.align_on!r}): the job has no rows"
                 )
             self.rows = ([shared] * len(spec.features), [shared] * len(spec.labels))
+            self.audit.append(
+                "psi",
+                self.start.job_id,
+                on=spec.align_on,
+                shared_rows=shared,
+                sizes=sharer.psi_sizes,
+            )
             self._recheck_policy()
         features = sharer.share(list(spec.features), FEATURES)
         metas = features.metas
@@ -161,6 +175,12 @@ class JobComputation:
             if owner.party == self.me:
                 models = self.config.models
                 state = committed_model(models, self.me, owner.model, owner.commitment)
+                self.audit.append(
+                    "model_committed",
+                    self.start.job_id,
+                    model=owner.model,
+                    commitment=owner.commitment,
+                )
                 load_weights(net, graph, state)
         net.encrypt(src=src)
         if source == "from_job":
@@ -303,6 +323,7 @@ class JobComputation:
             return []
         assert self.trainer is not None
         plan = self.plan
+        rows = 0
         for g in plan.batches(round):
             epoch, b = divmod(g, plan.batches_per_epoch)
             start, stop = b * plan.batch_size, min((b + 1) * plan.batch_size, plan.rows)
@@ -312,11 +333,12 @@ class JobComputation:
             else:
                 idx = order[start:stop]
                 xb, yb = self.x[idx], self.y[idx]
+            rows += stop - start
             batch_begins()
             with profile.batch():
                 self.trainer.step(xb, yb)
         loss = self.trainer.round_loss()
-        return [] if loss is None else self.reveal.metrics(round, {"loss": loss})
+        return [] if loss is None else self.reveal.metrics(round, {"loss": loss}, rows)
 
     def _predict(self) -> None:
         assert self.plan is not None
@@ -338,10 +360,12 @@ class JobComputation:
         task = self.spec.task
         if task == jpb.TASK_TRAIN:
             self._keep_shares()
-            outputs += self.reveal.weights(self._tensors(self.model))
+            assert self.plan is not None
+            outputs += self.reveal.weights(self._tensors(self.model), self.plan.rows)
             outputs += self.reveal.metrics_output()  # each round's loss, as it was revealed
         if task == jpb.TASK_EVALUATE:
-            shares = self.reveal.metrics(0, self._evaluation())
+            assert self.plan is not None
+            shares = self.reveal.metrics(0, self._evaluation(), self.plan.rows)
             outputs += self.reveal.metrics_output()
         if task in (jpb.TASK_INFER, jpb.TASK_EVALUATE):
             outputs += self.reveal.predictions(self.predictions, self.ids, self.rank)

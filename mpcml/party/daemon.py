@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from multiprocessing import forkserver
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -19,7 +20,9 @@ from grpc_health.v1.health import HealthServicer
 from prometheus_client import CollectorRegistry
 
 from mpcml import metrics
+from mpcml.graph.digest import graph_digest
 from mpcml.party import catalogue, policy, provenance
+from mpcml.party.audit import AuditLog
 from mpcml.party.config import PartyConfig
 from mpcml.party.coordinator_link import CoordinatorLink
 from mpcml.party.metrics import PartyMetrics
@@ -47,6 +50,7 @@ class PartyDaemon:
         self.registry = registry or metrics.registry()
         """What `metrics_address` serves; counted into even when nothing serves it."""
         self.link = CoordinatorLink(config, self.stopping, self._set_health)
+        self.audit = AuditLog(config.state_dir)
         self.metrics = PartyMetrics(
             self.registry,
             running=lambda: len(self.pool),
@@ -125,11 +129,12 @@ class PartyDaemon:
         elif kind == "stop":
             stop = assignment.stop
             known = stop.HasField("committed_round")
+            self.audit.append("job_stopped", stop.job_id, reason=stop.reason)
             self.pool.stop(stop.job_id, stop.reason, stop.committed_round if known else None)
         elif kind == "vet":
             vet = assignment.vet
             rows = (list(vet.feature_rows), list(vet.label_rows))
-            verdict = self._verdict(vet.spec, vet.submitter, rows)
+            verdict = self._verdict(vet.spec, vet.submitter, rows, request=vet.request_id)
             self.link.report(
                 cpb.WorkerReport(
                     verdict=cpb.Verdict(
@@ -141,9 +146,17 @@ class PartyDaemon:
             )
 
     def _verdict(
-        self, spec: jpb.JobSpec, submitter: str, rows: policy.Rows | None = None
+        self,
+        spec: jpb.JobSpec,
+        submitter: str,
+        rows: policy.Rows | None = None,
+        job: str = "",
+        **context: Any,
     ) -> policy.Verdict:
-        """The verdict of the party's policy on a job; a refusal is logged.
+        """The verdict of the party's policy on a job, an entry of its audit log.
+
+        A refusal is logged too. `context` goes into the entry: the vet's request, the
+        start's attempt.
 
         A job that runs this party's private model is refused too when the stored weights no
         longer match the commitment the job names.
@@ -162,6 +175,19 @@ class PartyDaemon:
                 verdict = policy.Verdict(False, str(exc))
         if not verdict.allowed:
             log.warning("refused a job from %s: %s", submitter, verdict.reason)
+        mine = [b.dataset for b in [*spec.features, *spec.labels] if b.party == config.name]
+        self.audit.append(
+            "job_admitted" if verdict.allowed else "job_refused",
+            job,
+            **context,
+            submitter=submitter,
+            task=jpb.Task.Name(spec.task),
+            graph=graph_digest(spec.graph),
+            datasets=sorted(set(mine)),
+            model=private.model if private.party == config.name else "",
+            reveal={jpb.Output.Name(r.output): list(r.recipients) for r in spec.reveal},
+            **({} if verdict.allowed else {"rule": verdict.reason}),
+        )
         return verdict
 
     def _start(self, start: cpb.StartJob) -> None:
@@ -171,8 +197,13 @@ class PartyDaemon:
         """
         if self.pool.already_runs(start):
             return
-        verdict = self._verdict(start.spec, start.submitter)
+        verdict = self._verdict(
+            start.spec, start.submitter, job=start.job_id, stage="start", attempt=start.attempt
+        )
         if verdict.allowed:
+            self.audit.append(
+                "job_started", start.job_id, attempt=start.attempt, resume_round=start.resume_round
+            )
             self.pool.start(start)
             return
         reason = f"party {self.config.name!r} refuses the job: {verdict.reason}"

@@ -124,6 +124,8 @@ class InputSharer:
         """After `align`: the ids every party holds, as text, in the shared order."""
         self._read: dict[str, catalogue.Table] = {}
         """Tables `align` read for their ids, by dataset, until `_mine` takes them."""
+        self.psi_sizes: dict[str, int] = {}
+        """After `align`, for a party holding a binding: each holder's id count, by party."""
 
     def _aligns(self) -> bool:
         return bool(self.spec.align_on) and self.spec.split == jpb.SPLIT_VERTICAL
@@ -148,6 +150,8 @@ class InputSharer:
             ids = [str(v) for v in self._ids(entry, mine.dataset)]  # normalised at read
             found = intersect([i.encode() for i in ids], me, holders, CommChannel())
             self.shared_ids = sorted((ids[i] for i in found.rows), key=catalogue.id_order)
+            names = {rank: name for name, rank in self.ranks.items()}
+            self.psi_sizes = {names[r]: n for r, n in zip(holders, found.sizes, strict=True)}
             log.info(
                 "job rows aligned on %r by PSI: %d of this party's %d rows are shared "
                 "(the parties' sets: %s)",

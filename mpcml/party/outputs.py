@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from mpcml.jobs.spec import COORDINATOR, recipients
+from mpcml.party.audit import AuditLog
 from mpcml.party.catalogue import DataError
 from mpcml.party.durable import atomic_write
 from mpcml.party.inputs import CommChannel
@@ -30,18 +31,36 @@ class Revealer:
     """Reveals a job's outputs; `results` is where this party writes what it receives."""
 
     def __init__(
-        self, spec: jpb.JobSpec, job_id: str, me: str, ranks: dict[str, int], results: Path
+        self,
+        spec: jpb.JobSpec,
+        job_id: str,
+        me: str,
+        ranks: dict[str, int],
+        results: Path,
+        audit: AuditLog | None = None,
     ) -> None:
         self.spec, self.job_id, self.me, self.ranks = spec, job_id, me, ranks
         self.results = results
+        self.audit = audit
+        """Where each reveal this party takes part in is recorded, with its recipient."""
+
+    def _audit(self, what: str, who: str, rows: int, round: int = 0, **more: Any) -> None:
+        if self.audit is not None:
+            self.audit.append(
+                "revealed", self.job_id, what=what, to=who, rows=rows, round=round, **more
+            )
 
     def _output(self, output: jpb.Output, path: Path, shape: list[int]) -> cpb.PartyOutput:
         return cpb.PartyOutput(party=self.me, output=output, path=str(path), shape=shape)
 
-    def metrics(self, round: int, metrics: dict[str, Any]) -> list[cpb.MetricShare]:
-        """Reveal the metrics to their recipients; returns this party's coordinator shares."""
+    def metrics(self, round: int, metrics: dict[str, Any], rows: int) -> list[cpb.MetricShare]:
+        """Reveal the metrics to their recipients; returns this party's coordinator shares.
+
+        `rows`: the job's rows the metrics are computed from (the round's batches).
+        """
         shares: list[cpb.MetricShare] = []
         for who in recipients(self.spec, jpb.OUTPUT_METRICS):
+            self._audit("metrics", who, rows, round, names=sorted(metrics))
             for name, value in metrics.items():
                 if who == COORDINATOR:
                     share, scale = int(value.share.item()), int(value.encoder.scale)
@@ -64,10 +83,14 @@ class Revealer:
         with (self.results / "metrics.jsonl").open("a") as f:
             f.write(json.dumps({"round": round, name: value, "at": time.time()}) + "\n")
 
-    def weights(self, tensors: dict[str, Any]) -> list[cpb.PartyOutput]:
-        """Reveal the trained parameters (by state_dict key) to their recipients."""
+    def weights(self, tensors: dict[str, Any], rows: int) -> list[cpb.PartyOutput]:
+        """Reveal the trained parameters (by state_dict key) to their recipients.
+
+        `rows`: the rows they were trained on in this job.
+        """
         out = []
         for who in recipients(self.spec, jpb.OUTPUT_WEIGHTS):
+            self._audit("weights", who, rows, tensors=len(tensors))
             state = {k: t.get_plain_text(dst=self.ranks[who]) for k, t in tensors.items()}
             if who == self.me:
                 path = self.results / "weights.pt"
@@ -81,6 +104,7 @@ class Revealer:
         """Reveal the predictions, with their row ids, to their recipients."""
         out = []
         for who in recipients(self.spec, jpb.OUTPUT_PREDICTIONS):
+            self._audit("predictions", who, int(predictions.size(0)))
             plain = predictions.get_plain_text(dst=self.ranks[who])
             row_ids = self._row_ids(who, ids, rank, int(predictions.size(0)))
             if who == self.me:
@@ -107,6 +131,7 @@ class Revealer:
         src, dst = self.ranks[self.spec.features[0].party], self.ranks[who]
         if rank == src:
             texts = [str(v) for v in (ids if ids is not None else [])]
+            self._audit("ids", who, len(texts))
             CommChannel().send(dst, json.dumps(texts).encode())
             return None
         if who != self.me:

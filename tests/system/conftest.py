@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 from mpcml.graph.capture import capture
 from mpcml.graph.digest import graph_digest, weights_commitment
+from mpcml.party import audit
 
 H_SPLIT = 228
 """Horizontal split: alice holds the first 228 training rows (by id), bob the rest."""
@@ -307,3 +309,11 @@ def cluster(
 def client(cluster: LocalCluster) -> Client:
     assert cluster.client is not None
     return cluster.client
+
+
+def audit_entries(cluster: LocalCluster, party: str, since: float = 0.0) -> list[dict[str, Any]]:
+    """`party`'s audit log entries written at or after `since` (seconds since the epoch)."""
+    path = cluster.workdir / party / "state" / audit.FILE
+    if not path.exists():
+        return []
+    return [e for _, e in audit.entries(path) if float(e["at"]) >= since]

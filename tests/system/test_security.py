@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
 from mpcml.security import certs
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import TLSFiles
-from tests.system.conftest import ADMIN
+from tests.system.conftest import ADMIN, audit_entries
 
 pytestmark = pytest.mark.system
 SHARES_CLUSTER = True
@@ -101,6 +102,7 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
     eve = Client(cluster.coordinator_address, _tls(cluster, "eve", tmp_path))
     logs = {p: (cluster.logs / f"{p}.log").read_text().count("worker") for p in cluster.parties}
     before = len(client.jobs())
+    since = time.time()
     refused = {
         "policy.submitters does not list 'eve'": (
             eve,
@@ -137,6 +139,14 @@ def test_jobs_a_partys_policy_forbids_are_refused_before_any_data_is_read(
     assert logs == {
         p: (cluster.logs / f"{p}.log").read_text().count("worker") for p in cluster.parties
     }
+    # each refusal is an entry of the refusing party's audit log, naming the rule
+    for message in refused:
+        party, _, rule = message.partition(" refuses the job: ")
+        parties = [party.split("'")[1]] if rule else cluster.parties  # eve: whoever vetted
+        rules = [
+            e["rule"] for p in parties for e in audit_entries(cluster, p, since) if "rule" in e
+        ]
+        assert (rule or message) in rules, (parties, rules)
 
 
 def _refused(client: Client, job: Job) -> str:
