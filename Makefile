@@ -21,7 +21,12 @@ PSI_VENV := .venv-psi
 PSI_SPEC ?= openmined-psi==2.0.6
 PSI_STAMP := $(PSI_VENV)/.installed
 
-.PHONY: install test coverage test-fast test-crypten lint format proto bench demo clean
+# The web console's browser tests (tests/system/test_console.py) drive Debian's chromium through
+# Playwright. `make test` installs it where it can (root with apt-get); elsewhere those tests
+# skip, saying so.
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: install test coverage test-fast test-crypten lint format proto bench demo clean browser
 
 install: $(STAMP)
 
@@ -37,8 +42,16 @@ $(STAMP): pyproject.toml Makefile
 
 # The whole suite. Of CrypTen's own tests it runs the quick ones (tests/crypten_suite/suites.py);
 # `make test-crypten` runs them all.
-test: install
+test: install browser
 	$(PY) -m pytest -q -m "not crypten_full"
+
+browser:
+	@test -x $(CHROMIUM) || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null \
+	  || apt-get install -y -q chromium >/dev/null 2>&1 \
+	  || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+	  || true
+	@test -x $(CHROMIUM) \
+	  || echo "no $(CHROMIUM): the console's browser tests will skip (apt-get install chromium)"
 
 # The whole suite with the coverage of the test process (daemons' and workers' own lines are not
 # counted: they run in processes of their own). Tracing costs about 45 s on the fast tier alone,

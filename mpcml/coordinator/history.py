@@ -132,9 +132,15 @@ def _add_profile(result: cpb.JobResult, data: dict[str, Any]) -> None:
 def job_result(job: Job, events: list[Event], insecure: bool = False) -> cpb.JobResult:
     """The public part of a job's results: status, metrics per round, outputs, traffic."""
     result = cpb.JobResult(status=job_status(job, events, insecure))
+    started: dict[int, float] = {}
     for e in events:
-        if e.kind == EventKind.ROUND_DONE:
-            result.rounds.append(cpb.RoundMetrics(round=e.round, metrics=e.data["metrics"]))
+        if e.kind == EventKind.ROUND_STARTED:
+            started[e.round] = e.at
+        elif e.kind == EventKind.ROUND_DONE:
+            seconds = e.at - started[e.round] if e.round in started else 0.0
+            result.rounds.append(
+                cpb.RoundMetrics(round=e.round, metrics=e.data["metrics"], seconds=seconds)
+            )
         elif e.kind == EventKind.RESUMED:  # what counts is the run that finished
             del result.outputs[:]
             del result.profile[:]

@@ -11,6 +11,10 @@ from typing import Any
 
 from mpcml import config as cfg
 from mpcml import metrics
+from mpcml.console import server as console
+from mpcml.console.server import ConsoleSettings
+from mpcml.console.server import settings as console_settings
+from mpcml.coordinator.console_source import CoordinatorSource
 from mpcml.coordinator.metrics import RoundMetrics, SchedulerCollector
 from mpcml.coordinator.scheduler import Scheduler
 from mpcml.coordinator.service import CoordinatorService, PartyControlService
@@ -55,6 +59,8 @@ class CoordinatorConfig:
     lease_s: float = 30.0
     """How long a lease lasts unrenewed: a standby coordinator takes over a job this long after
     the coordinator running it stopped renewing."""
+    console: ConsoleSettings | None = None
+    """The consortium's web console (jobs and rounds), when `console_address` is set."""
 
     @property
     def store_name(self) -> str:
@@ -66,10 +72,11 @@ class CoordinatorConfig:
         """Read the file (and `MPCML_*` overrides)."""
         data, base = cfg.load(path)
         roster, admins = (_names(data, key) for key in ("parties", "admins"))
+        tls = cfg.tls_files(data, base)
         return cls(
             listen=str(cfg.need(data, "listen", base)),
             store=_store(data, base),
-            tls=cfg.tls_files(data, base),
+            tls=tls,
             roster=roster,
             heartbeat_timeout=float(data.get("heartbeat_timeout_s", 15)),
             max_message_bytes=cfg.positive_int(data, "max_message_bytes", MAX_MESSAGE_BYTES, base),
@@ -78,6 +85,7 @@ class CoordinatorConfig:
             admins=admins,
             name=str(data.get("name") or socket.gethostname()),
             lease_s=_lease_s(data, base),
+            console=console_settings(data, base, tls),
         )
 
 
@@ -159,8 +167,10 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
         config.store_name,
     )
     endpoint = None
+    web = None
     try:
         endpoint = metrics.serve(config.metrics_address, registry)
+        web = console.start(config.console, config.tls, CoordinatorSource(scheduler))
         while not stop.wait(TICK_S):
             try:
                 scheduler.tick()
@@ -169,6 +179,8 @@ def serve(config: CoordinatorConfig, stop: threading.Event) -> None:
     finally:
         if endpoint is not None:
             endpoint.stop()
+        if web is not None:
+            web.stop()
         server.stop(grace=2).wait()
         store.close()
         log.info("coordinator stopped")

@@ -119,7 +119,7 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
         self, request: cpb.GetResultRequest, context: grpc.ServicerContext
     ) -> cpb.JobResult:
         """The public part of a job's results."""
-        job = self._job(request.job_id, context, "read the results of")
+        job = self._job(request.job_id, context, READ, READERS)
         return job_result(job, self.scheduler.store.events(job.job_id), self.insecure)
 
     def ListParties(

@@ -65,6 +65,11 @@ def _await_group_gone(pgid: int, deadline: float) -> None:
         time.sleep(0.02)
 
 
+def console_user(daemon: str) -> str:
+    """The client certificate name that may read a daemon's console in a local cluster."""
+    return f"{daemon}-ops"
+
+
 class LocalCluster:
     """The coordinator and the parties of `parties_dir` on 127.0.0.1, in `workdir`."""
 
@@ -82,6 +87,7 @@ class LocalCluster:
         log_format: str = "text",
         network: str = "",
         insecure: bool = False,
+        console: bool = False,
     ) -> None:
         self.workdir = workdir
         self.insecure = insecure
@@ -95,7 +101,16 @@ class LocalCluster:
         self.logs = workdir / "logs"
         daemons = ["coordinator", "dealer", *self.parties]
         n = len(self.parties)
-        ports = free_ports(2 + 2 * n + (len(daemons) if metrics else 0), block=max_concurrent_jobs)
+        ports = free_ports(
+            2 + 2 * n + (len(daemons) if metrics else 0) + ((n + 1) if console else 0),
+            block=max_concurrent_jobs,
+        )
+        consoles = ports[2 + 2 * n + (len(daemons) if metrics else 0) :]
+        self.console_addresses = {
+            name: f"127.0.0.1:{port}"
+            for name, port in zip(["coordinator", *self.parties], consoles, strict=False)
+        }
+        """Each daemon's web console, when `console` is set; its user is `console_user(name)`."""
         self.health_addresses = {
             p: f"127.0.0.1:{port}" for p, port in zip(self.parties, ports[2 + n :], strict=False)
         }
@@ -103,6 +118,7 @@ class LocalCluster:
         self.metrics_addresses = {
             name: f"127.0.0.1:{port}"
             for name, port in zip(daemons, ports[2 + 2 * n :], strict=False)
+            if metrics
         }
         """Each daemon's Prometheus endpoint (`metrics_address`), when `metrics` is set."""
         self.log_format = log_format
@@ -141,6 +157,8 @@ class LocalCluster:
         for party in self.parties:
             certs.issue(self.certs, party, role="party", sans=loopback)
         certs.issue(self.certs, CLIENT, role="client")
+        for name in self.console_addresses:
+            certs.issue(self.certs, console_user(name), role="client")
 
     def client_tls(self) -> TLSFiles | None:
         """The submitter's certificate; None on a plaintext cluster."""
@@ -161,6 +179,12 @@ class LocalCluster:
             f"parties = [{roster}]\n"
             + "".join(
                 f"{key} = {json.dumps(value)}\n" for key, value in self.coordinator_settings.items()
+            )
+            + (
+                f'console_address = "{self.console_addresses["coordinator"]}"\n'
+                f'console_users = ["{console_user("coordinator")}"]\n'
+                if "coordinator" in self.console_addresses
+                else ""
             )
             + "[tls]\n"
             'ca = "certs/ca.pem"\ncert = "certs/coordinator.pem"\nkey = "certs/coordinator.key"\n'
@@ -184,6 +208,14 @@ class LocalCluster:
             # every party on one machine: one torch thread each, or their workers contend
             "MPCML_TORCH_THREADS": "1",
             **({"MPCML_NETWORK": self.network} if self.network else {}),
+            **(
+                {
+                    "MPCML_CONSOLE_ADDRESS": self.console_addresses[party],
+                    "MPCML_CONSOLE_USERS": console_user(party),
+                }
+                if party in self.console_addresses
+                else {}
+            ),
         }
 
     def metrics_url(self, name: str) -> str:

@@ -37,6 +37,8 @@ from typing import Any
 
 from mpcml import config as cfg
 from mpcml import metrics
+from mpcml.console.server import ConsoleSettings
+from mpcml.console.server import settings as console_settings
 from mpcml.party.policy import Policy
 from mpcml.runtime import devices
 from mpcml.transport.address import Address, parse
@@ -86,6 +88,8 @@ class PartyConfig:
     torch_threads: int = 0
     """Threads each job worker's torch uses (0: torch's default, one per core). Parties that
     share a machine with each other want 1, or their workers contend for the cores."""
+    console: ConsoleSettings | None = None
+    """The organisation's web console, when `console_address` is set."""
     network: str = ""
     """An emulated network on the job workers' inbound streams (`delay=20ms,bandwidth=352mbit`,
     mpcml/transport/shaping.py), for benchmarks on one machine; empty: none."""
@@ -103,6 +107,7 @@ class PartyConfig:
             key: cfg.resolve(base, str(cfg.need(entry, "path", base)))
             for key, entry in dict(data.get("models", {})).items()
         }
+        tls = cfg.tls_files(data, base)
         return cls(
             name=name,
             data_address=data_address,
@@ -110,7 +115,7 @@ class PartyConfig:
             coordinator=str(cfg.need(data, "coordinator", base)),
             coordinator_name=str(data.get("coordinator_name", "coordinator")),
             device=_device(str(data.get("device", "cpu")), name, base),
-            tls=cfg.tls_files(data, base),
+            tls=tls,
             state_dir=cfg.resolve(base, str(data.get("state_dir", "state"))),
             results_dir=cfg.resolve(base, str(data.get("results_dir", "results"))),
             heartbeat_s=float(data.get("heartbeat_s", 2.0)),
@@ -124,6 +129,7 @@ class PartyConfig:
             health_address=str(data.get("health_address", "")),
             torch_threads=cfg.positive_int(data, "torch_threads", 0, base, minimum=0),
             network=_network(str(data.get("network", "")), base),
+            console=console_settings(data, base, tls),
         )
 
     def public_health_address(self) -> str:

@@ -20,10 +20,12 @@ from grpc_health.v1.health import HealthServicer
 from prometheus_client import CollectorRegistry
 
 from mpcml import metrics
+from mpcml.console import server as console
 from mpcml.graph.digest import graph_digest
 from mpcml.party import catalogue, policy, provenance
 from mpcml.party.audit import AuditLog
 from mpcml.party.config import PartyConfig
+from mpcml.party.console_source import PartySource
 from mpcml.party.coordinator_link import CoordinatorLink
 from mpcml.party.metrics import PartyMetrics
 from mpcml.party.pool import WorkerPool
@@ -58,6 +60,7 @@ class PartyDaemon:
         )
         self.pool = WorkerPool(config, self.metrics, self.link.report)
         self._endpoint: metrics.MetricsServer | None = None
+        self._console: console.Console | None = None
         self._health: HealthServicer | None = None
 
     def attach_request(self) -> cpb.AttachRequest:
@@ -86,6 +89,9 @@ class PartyDaemon:
             )
         health = self._serve_health()
         self._endpoint = metrics.serve(self.config.metrics_address, self.registry)
+        self._console = console.start(
+            self.config.console, self.config.tls, PartySource(self.config)
+        )
         threading.Thread(
             target=self.link.heartbeats, args=(self.pool.running,), daemon=True, name="heartbeat"
         ).start()
@@ -222,3 +228,6 @@ class PartyDaemon:
         if self._endpoint is not None:
             self._endpoint.stop()
             self._endpoint = None
+        if self._console is not None:
+            self._console.stop()
+            self._console = None

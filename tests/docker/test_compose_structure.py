@@ -155,7 +155,8 @@ def test_the_postgres_overlay_moves_only_the_coordinators_store_to_a_healthy_pos
     assert user == postgres["environment"]["POSTGRES_USER"]
     password = postgres["environment"]["POSTGRES_PASSWORD"]
     assert password.startswith("${MPCML_POSTGRES_PASSWORD:?") and env["PGPASSWORD"] == password
-    assert '".[postgres]"' in (DOCKER / "Dockerfile").read_text(), "the image lacks psycopg"
+    extras = re.search(r'"\.\[([a-z,]+)\]"', (DOCKER / "Dockerfile").read_text())
+    assert extras and "postgres" in extras.group(1).split(","), "the image lacks psycopg"
     monkeypatch.setenv("MPCML_STORE", env["MPCML_STORE"])  # over docker/coordinator.toml's
     assert CoordinatorConfig.load(DOCKER / "coordinator.toml").store == env["MPCML_STORE"]
 
@@ -164,3 +165,15 @@ def test_the_documented_job_file_loads() -> None:
     job, _ = load_job(DOCKER / "examples" / "train.toml")
     assert set(job.spec.parties or [b.party for b in job.spec.features]) <= set(PARTIES)
     assert (REPO / "docker" / "README.md").is_file()
+
+
+def test_every_daemon_exposes_its_console_to_its_own_operators_certificate() -> None:
+    services = load(DOCKER / "compose.yml")["services"]
+    identities = dict(arg.split(":", 1) for arg in services["certs"]["command"] if ":" in str(arg))
+    for name in ("coordinator", "alice", "bob", "carol"):
+        env = services[name]["environment"]
+        assert env["MPCML_CONSOLE_ADDRESS"] == "0.0.0.0:8443", name
+        user = env["MPCML_CONSOLE_USERS"]
+        assert identities.get(user) == "client", (name, user)
+        published = [p for p in services[name]["ports"] if p.endswith(":8443")]
+        assert len(published) == 1 and "MPCML_PUBLISH_ADDRESS:-127.0.0.1" in published[0], name

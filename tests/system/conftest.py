@@ -281,6 +281,7 @@ def _system_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
         log_level="debug",
         max_concurrent_jobs=MAX_CONCURRENT_JOBS,
         coordinator_settings={**LIMITS, "admins": [ADMIN]},
+        console=True,
     ) as c:
         c.start()
         yield c

@@ -229,7 +229,7 @@ class NodeCost(_message.Message):
     def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., rounds: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., calls: _Optional[int] = ...) -> None: ...
 
 class RoundMetrics(_message.Message):
-    __slots__ = ("round", "metrics")
+    __slots__ = ("round", "metrics", "seconds")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -239,9 +239,11 @@ class RoundMetrics(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     ROUND_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
     round: int
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, round: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    seconds: float
+    def __init__(self, round: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class PartyOutput(_message.Message):
     __slots__ = ("party", "output", "path", "shape")
