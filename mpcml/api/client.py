@@ -174,6 +174,20 @@ class JobHandle:
                 raise TimeoutError(f"job {self.id} is still {cpb.JobState.Name(status.state)}")
             time.sleep(0.2)
 
+    def purge(self) -> cpb.PurgeJobResponse:
+        """Remove the ended job's files at its parties attached now.
+
+        Their checkpoints, kept shares and results; `absent` names the parties to purge again.
+        """
+        return cast(
+            cpb.PurgeJobResponse,
+            _call(
+                self.client.stub.PurgeJob,
+                cpb.PurgeJobRequest(job_id=self.id),
+                timeout=self.client.timeout,
+            ),
+        )
+
     def cancel(self, reason: str = "") -> cpb.JobStatus:
         """Cancel the job; its workers stop within seconds."""
         return cast(

@@ -370,8 +370,22 @@ def check_store(store: str) -> Finding:
 
 
 def run_checks(daemon: Daemon) -> list[Finding]:
-    """Every check that applies to the daemon."""
+    """Every check that applies to the daemon.
+
+    Without readable TLS files nothing can be reached: the checks that connect are reported as
+    not run, pointing at the certificate finding.
+    """
     found = check_certificate(daemon)
+    if any(f.check == "certificate" and f.detail.startswith("cannot read") for f in found):
+        return [
+            *found,
+            Finding(
+                FAIL,
+                "connections",
+                "not checked: this daemon's TLS files cannot be read",
+                "fix the certificate finding above, then run mpcml doctor again",
+            ),
+        ]
     if daemon.own_address:
         found += probe(f"this {daemon.role}", daemon.own_address, daemon.name, daemon.tls)
     if daemon.store:

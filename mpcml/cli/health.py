@@ -27,8 +27,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--server-name", required=True, help="the name its certificate carries")
     p.add_argument("--service", default="", help="one service's status (default: the daemon's)")
     p.add_argument("--ca", default=env("MPCML_CA"), help="CA certificate (env MPCML_CA)")
-    p.add_argument("--cert", default=env("MPCML_CERT"), help="a certificate of this CA")
-    p.add_argument("--key", default=env("MPCML_KEY"), help="its key")
+    p.add_argument(
+        "--cert", default=env("MPCML_CERT"), help="a certificate of this CA (env MPCML_CERT)"
+    )
+    p.add_argument("--key", default=env("MPCML_KEY"), help="its key (env MPCML_KEY)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     p.add_argument("--insecure", action="store_true", help="plaintext, for debugging only")
     p.set_defaults(run=run)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import grpc
 from google.protobuf import json_format
 
 from mpcml.api.client import Client, ClientError, JobError
 from mpcml.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from mpcml.jobs.events import EventKind
 from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.proto.v1 import job_pb2 as jpb
+from mpcml.transport.address import parse
 from mpcml.transport.tls import TLSFiles
 
 BAD_INPUT = {
@@ -67,6 +71,7 @@ def add_parsers(sub: Any) -> None:
         ("status", "a job's state"),
         ("watch", "follow a job's rounds live"),
         ("cancel", "cancel a job"),
+        ("purge", "remove an ended job's checkpoints, shares and results at its parties"),
         ("result", "a job's public results"),
         ("profile", "where a finished job's time went: rounds, bytes, seconds per graph node"),
     ]:
@@ -87,7 +92,7 @@ def add_parsers(sub: Any) -> None:
         "--wait", nargs="+", metavar="NAME", help="first wait until these are registered"
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
-    p = command("list", "every job")
+    p = command("list", "your jobs (an admin's: every job)")
     p.add_argument(
         "--state",
         choices=[s for s in cpb.JobState.keys() if s != "JOB_STATE_UNSPECIFIED"],  # noqa: SIM118
@@ -101,9 +106,26 @@ def _client(args: argparse.Namespace) -> Client:
     missing = [f"--{k}" for k in ("ca", "cert", "key") if not getattr(args, k)]
     if missing:
         raise ValueError(f"give {', '.join(missing)} (or MPCML_CA, MPCML_CERT, MPCML_KEY)")
-    return Client(
+    client = Client(
         args.coordinator, TLSFiles(args.ca, args.cert, args.key), server_name=args.server_name
     )
+    _listening(args.coordinator)
+    return client
+
+
+def _listening(address: str) -> None:
+    """Fail at once where nothing listens: gRPC would wait out the whole deadline (30 s)."""
+    try:
+        where = parse(address, "--coordinator")
+        socket.create_connection((where.host, where.port), timeout=3).close()
+    except ConnectionRefusedError:
+        raise ClientError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"nothing listens at {address}: is the coordinator running, and is this its address "
+            "(--coordinator, MPCML_COORDINATOR)?",
+        ) from None
+    except OSError:  # unresolvable, unroutable or slow: gRPC's own wait and message follow
+        return
 
 
 def _json(message: Any) -> dict[str, Any]:
@@ -124,10 +146,21 @@ def _status_text(s: cpb.JobStatus) -> str:
 
 
 def _status_line(s: cpb.JobStatus) -> str:
+    """One job: its state, the round in progress and the last committed one.
+
+    The public metrics are the committed round's, labelled with it: a failed or cancelled job
+    stopped in a later round than the one its loss belongs to.
+    """
     metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(s.metrics.items()))
+    if metrics and s.task == jpb.TASK_TRAIN and s.committed_round:
+        metrics += f" (round {s.committed_round})"
+    if s.state == cpb.COMPLETED or s.committed_round == s.current_round:
+        rounds = f"round {s.current_round}/{s.total_rounds}"
+    else:
+        rounds = f"round {s.current_round}/{s.total_rounds}, committed {s.committed_round}"
     line = (
-        f"{s.job_id}  {cpb.JobState.Name(s.state):<9}  round {s.current_round}/"
-        f"{s.total_rounds}  {s.name or '-'}  [{', '.join(s.parties)}]"
+        f"{s.job_id}  {cpb.JobState.Name(s.state):<9}  {rounds}  {s.name or '-'}  "
+        f"[{', '.join(s.parties)}]"
     )
     if s.rows:
         line += f"  rows={s.rows}"
@@ -228,6 +261,15 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         elif command == "cancel":
             status = handle.cancel()
             emit(status, _status_line(status))
+        elif command == "purge":
+            purged = handle.purge()
+            absent = f"; not attached, purge again later: {', '.join(purged.absent)}"
+            emit(
+                purged,
+                f"{handle.id}: purge sent to {', '.join(purged.parties) or 'no party'}"
+                + (absent if purged.absent else ""),
+            )
+            return EXIT_FAILED if purged.absent else EXIT_OK
         elif command == "resume":
             status = handle.resume()
             emit(status, _status_line(status))

@@ -160,7 +160,7 @@ def policy_page(policy: Any) -> str:
         for name, rule in sorted(rules.items()):
             rows.append((f"{kind} {name}", outputs(rule), rule.min_rows, graphs(rule)))
     return table(
-        ["", ""],
+        [],
         [
             ("submitters", ", ".join(policy.submitters) or "nobody"),
             ("datasets", ", ".join(policy.datasets)),

@@ -18,7 +18,7 @@ from mpcml.coordinator.admission import Admission
 from mpcml.coordinator.history import History
 from mpcml.coordinator.registry import Assignments, Registry
 from mpcml.coordinator.runs import Runs
-from mpcml.coordinator.store import Event, IdempotencyConflict, Job, JobState, JobStore
+from mpcml.coordinator.store import TERMINAL, Event, IdempotencyConflict, Job, JobState, JobStore
 from mpcml.errors import StatusError
 from mpcml.jobs.events import EventKind
 from mpcml.jobs.validate import binding_rows, pin_weights
@@ -185,6 +185,26 @@ class Scheduler:
             self.job(job_id)
             self.runs.cancel(job_id, reason or "cancelled by the submitter")
             return self.store.get(job_id)
+
+    def purge(self, job_id: str) -> tuple[list[str], list[str]]:
+        """Send an ended job's parties a PurgeJob; (the parties told, those not attached)."""
+        with self._lock:
+            job = self.job(job_id)
+            if job.state not in TERMINAL:
+                raise StatusError(
+                    "FAILED_PRECONDITION",
+                    f"job {job_id} is {job.state}: cancel it before purging its files",
+                )
+            sent, absent = [], []
+            for name in jpb.JobSpec.FromString(job.spec).parties:
+                link = self.registry.links.get(name)
+                if link is None:
+                    absent.append(name)
+                    continue
+                link.send(cpb.Assignment(purge=cpb.PurgeJob(job_id=job_id)))
+                sent.append(name)
+            log.info("job %s: purge sent to %s", job_id, ", ".join(sent) or "no party")
+            return sent, absent
 
     def resume(self, job_id: str) -> Job:
         """Queue a FAILED job again, to go on from its last committed round."""

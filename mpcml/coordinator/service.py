@@ -108,6 +108,14 @@ class CoordinatorService(cgrpc.CoordinatorServicer):
             self.scheduler.cancel(job.job_id, request.reason or f"cancelled by {who}")
         )
 
+    def PurgeJob(
+        self, request: cpb.PurgeJobRequest, context: grpc.ServicerContext
+    ) -> cpb.PurgeJobResponse:
+        """Tell an ended job's parties to remove its files."""
+        job = self._job(request.job_id, context, "purge")
+        sent, absent = self.scheduler.purge(job.job_id)
+        return cpb.PurgeJobResponse(parties=sent, absent=absent)
+
     def ResumeJob(
         self, request: cpb.ResumeJobRequest, context: grpc.ServicerContext
     ) -> cpb.JobStatus:

@@ -47,12 +47,13 @@ def _dataset(
             f"{role}: party {binding.party!r} has no dataset {binding.dataset!r} "
             f"(its catalogue: {names})"
         )
-    for column in binding.columns:
-        if column not in info.columns:
-            raise SpecError(
-                f"{role}: dataset {binding.dataset!r} of party {binding.party!r} has no column "
-                f"{column!r} (columns: {', '.join(info.columns)})"
-            )
+    unknown = [c for c in binding.columns if c not in info.columns]
+    if unknown:
+        named = ", ".join(repr(c) for c in unknown)
+        raise SpecError(
+            f"{role}: dataset {binding.dataset!r} of party {binding.party!r} has no column"
+            f"{'s' if len(unknown) > 1 else ''} {named} (columns: {', '.join(info.columns)})"
+        )
     return info
 
 

@@ -38,6 +38,7 @@ KINDS = (
     "psi",  # a private set intersection: this party's rows, the shared rows, the others' sizes
     "revealed",  # a value left the secret domain: kind, recipient, rows it covers, round
     "job_stopped",  # the coordinator stopped the job here (cancel, failure): the reason
+    "job_purged",  # the job's checkpoints, kept shares and results were removed here
 )
 
 

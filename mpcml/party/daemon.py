@@ -9,13 +9,15 @@ worker's reports to the coordinator and the coordinator's round GOs to the worke
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import threading
 import time
 from multiprocessing import forkserver
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import HealthServicer
 from prometheus_client import CollectorRegistry
 
@@ -32,7 +34,7 @@ from mpcml.party.pool import WorkerPool
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.transport.interceptors import RequestGuard
-from mpcml.transport.serving import start_server
+from mpcml.transport.serving import channel, start_server
 from mpcml.transport.tls import PARTY_ROLE, check_certificate
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class PartyDaemon:
         self.pool = WorkerPool(config, self.metrics, self.link.report)
         self._endpoint: metrics.MetricsServer | None = None
         self._console: console.Console | None = None
+        self._attached = False
         self._health: HealthServicer | None = None
 
     def attach_request(self) -> cpb.AttachRequest:
@@ -92,6 +95,8 @@ class PartyDaemon:
         self._console = console.start(
             self.config.console, self.config.tls, PartySource(self.config)
         )
+        self._say_what_is_served()
+        threading.Thread(target=self._reach_dealer, daemon=True, name="dealer-check").start()
         threading.Thread(
             target=self.link.heartbeats, args=(self.pool.running,), daemon=True, name="heartbeat"
         ).start()
@@ -113,7 +118,70 @@ class PartyDaemon:
         self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         return server
 
+    def _say_what_is_served(self) -> None:
+        """The start-up lines an operator reads first: who, where, and which data."""
+        c = self.config
+        who = "without TLS" if c.tls is None else f"with the certificate {c.tls.cert}"
+        log.info(
+            "party %s starting %s: job workers listen on %s (peers reach them at %s, %d slot(s)); "
+            "health on %s; metrics on %s; coordinator %s; dealer %s; device %s",
+            c.name,
+            who,
+            c.listen,
+            c.data_address,
+            c.max_concurrent_jobs,
+            c.health_address or "-",
+            c.metrics_address or "-",
+            c.coordinator,
+            c.dealer or "none (only insecure_provider jobs can run)",
+            c.device,
+        )
+        described = []
+        for entry in c.datasets.values():
+            try:
+                info = catalogue.describe(entry)
+                described.append(f"{info.name} ({info.rows} rows x {len(info.columns)} columns)")
+            except catalogue.DataError as exc:
+                log.warning("%s", exc)
+                described.append(f"{entry.name} (unreadable)")
+        log.info(
+            "party %s datasets: %s; models: %s",
+            c.name,
+            ", ".join(described) or "none",
+            ", ".join(sorted(c.models)) or "none",
+        )
+
+    def _reach_dealer(self) -> None:
+        """Once at start-up: whether the dealer answers its health check, said in the log."""
+        c = self.config
+        if not c.dealer:
+            return
+        try:
+            with channel(c.dealer, c.tls, c.dealer_name) as ch:
+                reply = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(), timeout=10, wait_for_ready=True
+                )
+            state = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            log.info("reached the dealer at %s (%s)", c.dealer, state)
+        except grpc.RpcError as exc:
+            log.warning(
+                "the dealer at %s did not answer (%s: %s): jobs will fail until it does",
+                c.dealer,
+                exc.code().name,
+                exc.details(),
+            )
+
     def _set_health(self, attached: bool) -> None:
+        if attached != self._attached:
+            self._attached = attached
+            if attached:
+                log.info(
+                    "attached to the coordinator at %s as party %s",
+                    self.config.coordinator,
+                    self.config.name,
+                )
+            else:
+                log.warning("lost the coordinator at %s", self.config.coordinator)
         if self._health is not None:
             status = health_pb2.HealthCheckResponse
             self._health.set("", status.SERVING if attached else status.NOT_SERVING)
@@ -137,6 +205,8 @@ class PartyDaemon:
             known = stop.HasField("committed_round")
             self.audit.append("job_stopped", stop.job_id, reason=stop.reason)
             self.pool.stop(stop.job_id, stop.reason, stop.committed_round if known else None)
+        elif kind == "purge":
+            self._purge(assignment.purge.job_id)
         elif kind == "vet":
             vet = assignment.vet
             rows = (list(vet.feature_rows), list(vet.label_rows))
@@ -195,6 +265,22 @@ class PartyDaemon:
             **({} if verdict.allowed else {"rule": verdict.reason}),
         )
         return verdict
+
+    def _purge(self, job_id: str) -> None:
+        """Remove an ended job's checkpoints, kept shares and results here, as the audit says."""
+        if not re.fullmatch(r"[0-9a-f]{32}", job_id):  # it becomes part of a path
+            log.warning("ignored a purge of a malformed job id %r", job_id[:80])
+            return
+        if job_id in self.pool.running():
+            log.warning("job %s: purge refused: its worker still runs here", job_id)
+            return
+        removed = []
+        for folder in (self.config.job_state(job_id), self.config.job_results(job_id)):
+            if folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(str(folder))
+        self.audit.append("job_purged", job_id, removed=removed)
+        log.info("job %s: purged %s", job_id, ", ".join(removed) or "nothing (no files here)")
 
     def _start(self, start: cpb.StartJob) -> None:
         """Start the job's worker; a StartJob heard again (after a re-attach) changes nothing.

@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
 from mpcml.transport.address import parse
@@ -80,10 +81,20 @@ def check_certificate(tls: TLSFiles, role: str | None) -> None:
     The other side would say only "handshake failed"; here the message says why: not from our
     CA, expired or not yet valid, or (unless `role` is None) made for another role.
     """
-    ca_pem, cert_pem, _key = tls.read()
+    ca_pem, cert_pem, key_pem = tls.read()
     ca = x509.load_pem_x509_certificate(ca_pem)
     cert = x509.load_pem_x509_certificate(cert_pem)
     name = cert_names(cert).common_name
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise ValueError(f"{str(tls.key)!r} is not an unencrypted PEM private key") from None
+    raw = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if key.public_key().public_bytes(*raw) != cert.public_key().public_bytes(*raw):
+        raise ValueError(
+            f"the key {str(tls.key)!r} does not belong to the certificate {str(tls.cert)!r} "
+            f"({name!r}): give the key made with that certificate"
+        )
     try:
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):

@@ -104,3 +104,23 @@ def test_an_unreachable_postgresql_store_fails_with_a_fix_and_no_password() -> N
 def test_a_postgresql_store_that_answers_passes(pg_url: str) -> None:
     finding = check_store(pg_url)
     assert finding.level == OK and finding.detail.endswith(": 0 jobs"), finding
+
+
+def test_a_missing_certificate_file_is_a_finding_with_a_fix_and_exit_1(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from mpcml.demo.cluster import PARTIES_DIR
+
+    profile = tmp_path / "alice"
+    shutil.copytree(PARTIES_DIR / "alice", profile, ignore=shutil.ignore_patterns("data"))
+    run = subprocess.run(  # the profile's certificates (../certs) do not exist here
+        [sys.executable, "-m", "mpcml.cli.main", "doctor", "--config", str(profile / "party.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1, run.stderr
+    assert "FAIL  certificate: cannot read the TLS files" in run.stdout
+    assert "fix: mpcml certs issue --ca CA_DIR --name alice --role party" in run.stdout
+    assert "FAIL  connections: not checked" in run.stdout and run.stderr == ""

@@ -3,6 +3,7 @@ processes on loopback with real mutual TLS, on a copy of `parties/` the tests ma
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,12 +177,11 @@ def _extend_for_attacks(parties: Path) -> None:
         )
         f.write(
             "\n[policy.for_dataset.bc-agreed]\n"
-            'outputs_to = { predictions = ["alice"], metrics = ["alice"] }\n'
+            'outputs_to = { predictions = ["alice"], ids = ["alice"], metrics = ["alice"] }\n'
             f'graphs = ["{digest}", {{ graph = "{digest}", weights = {{ party = "alice", '
             f'model = "agreed", commitment = "{commitment}" }} }}]\n'
         )
-    toml = parties / "bob" / "party.toml"
-    toml.write_text(toml.read_text().replace('"h-train"]', '"h-train", "bc-agreed"]', 1))
+    _allow(parties / "bob" / "party.toml", "bc-agreed")
 
 
 PART_KEEP = {"alice": 5, "bob": 7, "carol": 11}
@@ -259,6 +259,15 @@ def _write_text_ids(path: Path, header: list[str], ids: np.ndarray, rows: np.nda
     lines = ["id," + ",".join(header)]
     lines += [f"{i}," + ",".join(f"{v:.9g}" for v in row) for i, row in zip(ids, rows, strict=True)]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _allow(profile: Path, dataset: str) -> None:
+    """Add `dataset` to the profile's `policy.datasets` list."""
+    text = profile.read_text()
+    found = re.search(r"^datasets = \[(.*)\]$", text, flags=re.MULTILINE)
+    assert found is not None, f"{profile} has no policy.datasets list"
+    listed = f'datasets = [{found.group(1)}, "{dataset}"]'
+    profile.write_text(text[: found.start()] + listed + text[found.end() :])
 
 
 def system_parties(root: Path) -> Path:

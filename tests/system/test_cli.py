@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ import torch
 from mpcml.demo import data, models
 from mpcml.demo.cluster import REPO, LocalCluster
 from mpcml.demo.run import by_id, plaintext_train
+from mpcml.proto.v1 import coordinator_pb2 as cpb
+from mpcml.transport.address import free_ports
+from tests.system.conftest import audit_entries
 
 pytestmark = pytest.mark.system
 SHARES_CLUSTER = True
@@ -93,7 +97,9 @@ def test_train_and_infer_through_the_cli_match_plaintext(
     digest = mpcml(cluster, "job", "digest", str(tmp_path / "train.toml")).stdout.strip()
     assert status["graph_digest"] == digest and digest.startswith("sha256:")
     assert f"model: {digest}" in mpcml(cluster, "job", "status", job_id).stdout
-    result = json.loads(mpcml(cluster, "job", "result", job_id, "--format", "json").stdout)
+    got = mpcml(cluster, "job", "result", job_id, "--format", "json")
+    assert got.returncode == 0, got.stderr
+    result = json.loads(got.stdout)
     assert "loss" in result["rounds"][0]["metrics"]
     profiled = mpcml(cluster, "job", "profile", job_id)
     assert profiled.returncode == 0, profiled.stderr
@@ -150,13 +156,42 @@ def test_cancel_through_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
     )
     submitted = mpcml(cluster, "job", "submit", str(tmp_path / "long.toml"))
     job_id = submitted.stdout.split()[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # a round committed: the job has a loss to show
+        status = json.loads(mpcml(cluster, "job", "status", job_id, "--format", "json").stdout)
+        if status.get("committed_round", 0) >= 1:
+            break
+        time.sleep(0.3)
     cancelled = mpcml(cluster, "job", "cancel", job_id, "--format", "json")
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["state"] == "CANCELLED"
+    # the text names the committed round, and the loss shown is that round's
+    shown = mpcml(cluster, "job", "status", job_id).stdout
+    assert cluster.client is not None  # the public result of a cancelled job, as recorded
+    result = cluster.client.stub.GetResult(cpb.GetResultRequest(job_id=job_id), timeout=30)
+    committed = result.status.committed_round
+    loss = next(r.metrics["loss"] for r in result.rounds if r.round == committed)
+    assert committed >= 1 and f"loss={loss:.4f} (round {committed})" in shown, shown
+    current = result.status.current_round
+    assert current == committed or f"committed {committed}" in shown, shown
     watched = mpcml(cluster, "job", "watch", job_id)
     assert watched.returncode == 1 and "CANCELLED" in watched.stdout
     again = mpcml(cluster, "job", "cancel", job_id)
     assert again.returncode == 2 and "already ended" in again.stderr
+    # the cancelled job's checkpoints and secrets stay until its submitter purges them
+    folders = [cluster.workdir / p / "state" / "jobs" / job_id for p in ("alice", "bob", "carol")]
+    assert all(f.is_dir() for f in folders)
+    purged = mpcml(cluster, "job", "purge", job_id)
+    assert purged.returncode == 0, purged.stderr
+    assert "purge sent to alice, bob, carol" in purged.stdout, purged.stdout
+    deadline = time.monotonic() + 20
+    while any(f.exists() for f in folders) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(f.exists() for f in folders), [f for f in folders if f.exists()]
+    for party in ("alice", "bob", "carol"):
+        assert any(
+            e["kind"] == "job_purged" and e["job"] == job_id for e in audit_entries(cluster, party)
+        ), party
 
 
 def test_bad_input_exits_2_with_a_message(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -230,3 +265,30 @@ def test_doctor_finds_a_healthy_party_and_names_what_is_wrong_with_a_broken_one(
     assert wrong.returncode == 1
     assert "presents a certificate for ['dealer', 'localhost'], not 'coordinator'" in wrong.stdout
     assert "fix: point the address at coordinator" in wrong.stdout
+
+
+def test_a_party_says_at_start_what_it_serves_where_and_when_it_reached_everyone(
+    cluster: LocalCluster,
+) -> None:
+    log = (cluster.logs / "alice.log").read_text()
+    address = cluster.data_addresses["alice"]
+    assert f"party alice starting with the certificate {cluster.certs / 'alice.pem'}" in log
+    assert f"job workers listen on {address} (peers reach them at {address}" in log
+    assert "bc-train (455 rows x 15 columns)" in log and "; models: " in log
+    assert f"attached to the coordinator at {cluster.coordinator_address} as party alice" in log
+    assert f"reached the dealer at {cluster.dealer_address} (SERVING)" in log
+
+
+def test_a_wrong_port_or_a_key_of_another_certificate_fails_at_once_naming_it(
+    cluster: LocalCluster,
+) -> None:
+    [port] = free_ports(1)
+    began = time.monotonic()
+    wrong_port = mpcml(cluster, "job", "list", "--coordinator", f"127.0.0.1:{port}")
+    assert wrong_port.returncode == 1, wrong_port.stderr
+    assert f"nothing listens at 127.0.0.1:{port}" in wrong_port.stderr
+    wrong_key = mpcml(cluster, "job", "list", "--key", str(cluster.certs / "bob.key"))
+    assert wrong_key.returncode == 2, wrong_key.stderr
+    assert "bob.key' does not belong to the certificate" in wrong_key.stderr
+    assert "Traceback" not in wrong_port.stderr + wrong_key.stderr
+    assert time.monotonic() - began < 20  # each in a second or two; the old wait was 30 s

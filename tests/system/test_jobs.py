@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,8 @@ from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_train, predictions
 from mpcml.party.durable import SECRET_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
-from tests.system.conftest import H_SPLIT, MAX_CONCURRENT_JOBS
+from mpcml.proto.v1 import job_pb2 as jpb
+from tests.system.conftest import H_SPLIT, MAX_CONCURRENT_JOBS, audit_entries
 
 pytestmark = pytest.mark.system
 
@@ -71,6 +73,11 @@ def test_vertical_training_then_inference_of_the_shared_model_matches_plaintext(
     carol = _files(cluster.results("carol"))
     assert sorted(f.split("/")[1] for f in carol) == ["metrics.jsonl", "predictions.npz"]
     assert not cluster.results("alice").exists() and not cluster.results("bob").exists()
+    # the training job's result lists the metrics file carol wrote
+    outputs = client.job(train.job_id).result().outputs
+    assert [(o.party, jpb.Output.Name(o.output), Path(o.path).name) for o in outputs] == [
+        ("carol", "OUTPUT_METRICS", "metrics.jsonl")
+    ]
     losses = [r.metrics["loss"] for r in client.job(train.job_id).result().rounds]
     assert len(losses) == 2 and losses[1] < losses[0]
     # Evaluating the shared model: public loss and accuracy, matching the inference above.
@@ -174,6 +181,10 @@ def test_cancel_stops_the_workers_and_frees_the_parties(
         time.sleep(0.5)
     else:
         pytest.fail(f"the workers of job {short} are still running")
+    # each party's audit log says the job was stopped here, and why
+    for party in ("alice", "bob", "carol"):
+        stops = [e for e in audit_entries(cluster, party) if e["kind"] == "job_stopped"]
+        assert any(e["job"] == job.id and e["reason"] == "test over" for e in stops), party
     # Only committed checkpoints stay, with the job's secret (randomness.key): no temporary
     # file, no checkpoint of a later round.
     committed = job.status().committed_round

@@ -39,6 +39,7 @@ from mpcml.party.worker import HOLD_DONE_FILE, HOLD_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.runtime.provider import RESTART_WAIT_S
 from tests.support.relay import Relay
+from tests.system.conftest import audit_entries
 
 pytestmark = pytest.mark.system
 
@@ -154,6 +155,13 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
+    for party in ("alice", "bob", "carol"):  # the audit log records the resume
+        started = [
+            e["resume_round"]
+            for e in audit_entries(cluster, party)
+            if e["kind"] == "job_started" and e["job"] == job.id
+        ]
+        assert started[0] == 0 and started[-1] == 1, (party, started)
 
     secure, uninterrupted = _weights(job), _weights(reference)
     plain = _plaintext_weights()
@@ -197,6 +205,13 @@ def test_a_resumed_run_recomputes_the_lost_round_bit_for_bit(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
+    for party in ("alice", "bob", "carol"):  # the audit log records the resume
+        started = [
+            e["resume_round"]
+            for e in audit_entries(cluster, party)
+            if e["kind"] == "job_started" and e["job"] == job.id
+        ]
+        assert started[0] == 0 and started[-1] == 1, (party, started)
     for party, path in paths.items():  # round 3 again, from round 2's checkpoints
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         assert digest == hashlib.sha256(interrupted[party]).hexdigest(), party
@@ -330,6 +345,13 @@ def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
+    for party in ("alice", "bob", "carol"):  # the audit log records the resume
+        started = [
+            e["resume_round"]
+            for e in audit_entries(cluster, party)
+            if e["kind"] == "job_started" and e["job"] == job.id
+        ]
+        assert started[0] == 0 and started[-1] == 1, (party, started)
 
 
 def _stop_party(cluster: LocalCluster, client: Client, party: str) -> None:

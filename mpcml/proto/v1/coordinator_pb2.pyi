@@ -67,6 +67,20 @@ class CancelJobRequest(_message.Message):
     reason: str
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class PurgeJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class PurgeJobResponse(_message.Message):
+    __slots__ = ("parties", "absent")
+    PARTIES_FIELD_NUMBER: _ClassVar[int]
+    ABSENT_FIELD_NUMBER: _ClassVar[int]
+    parties: _containers.RepeatedScalarFieldContainer[str]
+    absent: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, parties: _Optional[_Iterable[str]] = ..., absent: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ResumeJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -332,16 +346,24 @@ class PeerEndpoint(_message.Message):
     def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., health_address: _Optional[str] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("start", "go", "stop", "vet")
+    __slots__ = ("start", "go", "stop", "vet", "purge")
     START_FIELD_NUMBER: _ClassVar[int]
     GO_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     VET_FIELD_NUMBER: _ClassVar[int]
+    PURGE_FIELD_NUMBER: _ClassVar[int]
     start: StartJob
     go: GoRound
     stop: StopJob
     vet: VetJob
-    def __init__(self, start: _Optional[_Union[StartJob, _Mapping]] = ..., go: _Optional[_Union[GoRound, _Mapping]] = ..., stop: _Optional[_Union[StopJob, _Mapping]] = ..., vet: _Optional[_Union[VetJob, _Mapping]] = ...) -> None: ...
+    purge: PurgeJob
+    def __init__(self, start: _Optional[_Union[StartJob, _Mapping]] = ..., go: _Optional[_Union[GoRound, _Mapping]] = ..., stop: _Optional[_Union[StopJob, _Mapping]] = ..., vet: _Optional[_Union[VetJob, _Mapping]] = ..., purge: _Optional[_Union[PurgeJob, _Mapping]] = ...) -> None: ...
+
+class PurgeJob(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class VetJob(_message.Message):
     __slots__ = ("request_id", "spec", "submitter", "feature_rows", "label_rows")

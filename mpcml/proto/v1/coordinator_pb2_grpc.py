@@ -66,6 +66,11 @@ class CoordinatorStub:
                 request_serializer=mpcml_dot_v1_dot_coordinator__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=mpcml_dot_v1_dot_coordinator__pb2.JobStatus.FromString,
                 _registered_method=True)
+        self.PurgeJob = channel.unary_unary(
+                '/mpcml.v1.Coordinator/PurgeJob',
+                request_serializer=mpcml_dot_v1_dot_coordinator__pb2.PurgeJobRequest.SerializeToString,
+                response_deserializer=mpcml_dot_v1_dot_coordinator__pb2.PurgeJobResponse.FromString,
+                _registered_method=True)
         self.ResumeJob = channel.unary_unary(
                 '/mpcml.v1.Coordinator/ResumeJob',
                 request_serializer=mpcml_dot_v1_dot_coordinator__pb2.ResumeJobRequest.SerializeToString,
@@ -139,6 +144,17 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeJob(self, request, context):
+        """Removes an ended job's files at each of its parties attached now: its checkpoints and kept
+        shares (`state_dir/jobs/JOB`) and what was revealed to the party (`results_dir/JOB`). The
+        job's record and events stay; a later job can no longer start `from_job` it.
+        FAILED_PRECONDITION while the job runs; only its submitter or an admin may
+        (PERMISSION_DENIED). Parties not attached now are listed: purge again once they are.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ResumeJob(self, request, context):
         """Run a FAILED job again from its last committed round (every party's checkpoint of it): a
         train job goes on after that round, infer and evaluate jobs run again from the start. Only
@@ -192,6 +208,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=mpcml_dot_v1_dot_coordinator__pb2.CancelJobRequest.FromString,
                     response_serializer=mpcml_dot_v1_dot_coordinator__pb2.JobStatus.SerializeToString,
+            ),
+            'PurgeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeJob,
+                    request_deserializer=mpcml_dot_v1_dot_coordinator__pb2.PurgeJobRequest.FromString,
+                    response_serializer=mpcml_dot_v1_dot_coordinator__pb2.PurgeJobResponse.SerializeToString,
             ),
             'ResumeJob': grpc.unary_unary_rpc_method_handler(
                     servicer.ResumeJob,
@@ -351,6 +372,33 @@ class Coordinator:
             '/mpcml.v1.Coordinator/CancelJob',
             mpcml_dot_v1_dot_coordinator__pb2.CancelJobRequest.SerializeToString,
             mpcml_dot_v1_dot_coordinator__pb2.JobStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpcml.v1.Coordinator/PurgeJob',
+            mpcml_dot_v1_dot_coordinator__pb2.PurgeJobRequest.SerializeToString,
+            mpcml_dot_v1_dot_coordinator__pb2.PurgeJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
