@@ -3,8 +3,11 @@ processes on loopback with real mutual TLS, on a copy of `parties/` the tests ma
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,3 +330,24 @@ def audit_entries(cluster: LocalCluster, party: str, since: float = 0.0) -> list
     if not path.exists():
         return []
     return [e for _, e in audit.entries(path) if float(e["at"]) >= since]
+
+
+def cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mpcml ARGS` as the cluster's submitter runs it, its coordinator and certificate from the
+    environment."""
+    tls = cluster.client_tls()
+    assert tls is not None
+    env = {
+        **os.environ,
+        "MPCML_COORDINATOR": cluster.coordinator_address,
+        "MPCML_CA": str(tls.ca),
+        "MPCML_CERT": str(tls.cert),
+        "MPCML_KEY": str(tls.key),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "mpcml.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )

@@ -20,6 +20,7 @@ from mpcml.demo.run import by_id, plaintext_train
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.transport.address import free_ports
 from tests.system.conftest import audit_entries
+from tests.system.conftest import cli as mpcml
 
 pytestmark = pytest.mark.system
 SHARES_CLUSTER = True
@@ -61,25 +62,6 @@ bob = "bc-test"
 [reveal]
 predictions = ["carol"]
 """
-
-
-def mpcml(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    tls = cluster.client_tls()
-    assert tls is not None
-    env = {
-        **os.environ,
-        "MPCML_COORDINATOR": cluster.coordinator_address,
-        "MPCML_CA": str(tls.ca),
-        "MPCML_CERT": str(tls.cert),
-        "MPCML_KEY": str(tls.key),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "mpcml.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
 
 
 def test_train_and_infer_through_the_cli_match_plaintext(

@@ -39,7 +39,7 @@ from mpcml.party.worker import HOLD_DONE_FILE, HOLD_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.runtime.provider import RESTART_WAIT_S
 from tests.support.relay import Relay
-from tests.system.conftest import audit_entries
+from tests.system.conftest import audit_entries, cli
 
 pytestmark = pytest.mark.system
 
@@ -143,6 +143,8 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
     failed_after = time.monotonic() - killed
     assert status.state == cpb.FAILED and "'bob'" in status.reason, status.reason
     assert status.committed_round == 1, status
+    shown = cli(cluster, "job", "status", job.id).stdout  # the text names the committed round
+    assert f"round {status.current_round}/3, committed 1" in shown, shown
     for party in ("alice", "carol"):  # the survivors' workers have exited
         deadline = time.monotonic() + 10
         while f"job {job.id}: worker exited" not in (cluster.logs / f"{party}.log").read_text():
