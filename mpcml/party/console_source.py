@@ -53,16 +53,22 @@ class PartySource:
         return view
 
     def _job_ids(self) -> list[str]:
+        """The jobs the audit log names, newest first (read once; the chain is not checked)."""
+        path = self.config.state_dir / audit.FILE
         seen: dict[str, None] = {}
-        for entry in reversed(self.audit().entries):
-            if entry.get("job"):
-                seen.setdefault(str(entry["job"]), None)
+        if path.exists():
+            for _, entry in reversed(list(audit.entries(path))):
+                if entry.get("job"):
+                    seen.setdefault(str(entry["job"]), None)
         return list(seen)[:MAX_JOBS]
 
     def job(self, job_id: str) -> cpb.JobResult | None:
         """One job's public result, None when unknown here."""
         if job_id not in self._job_ids():
             return None
+        return self._result(job_id)
+
+    def _result(self, job_id: str) -> cpb.JobResult:
         try:
             result: cpb.JobResult = self._stub().GetResult(
                 cpb.GetResultRequest(job_id=job_id), timeout=5
@@ -74,12 +80,7 @@ class PartySource:
 
     def jobs(self) -> list[cpb.JobResult]:
         """Jobs, newest first."""
-        out = []
-        for job_id in self._job_ids():
-            result = self.job(job_id)
-            if result is not None:
-                out.append(result)
-        return out
+        return [self._result(job_id) for job_id in self._job_ids()]
 
     def losses(self, result: cpb.JobResult) -> tuple[list[tuple[int, float]], str]:
         """(round, loss) points and where they come from."""

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from bench import zoo
-from mpcml.api.client import Client
+from mpcml.api.client import Client, ClientError
+from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import PARTIES_DIR, LocalCluster
 from mpcml.graph.capture import capture
@@ -351,3 +352,23 @@ def cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         timeout=240,
     )
+
+
+REFUSED_BY_ALICE = (
+    "predictions computed from its dataset 'bc-test' would reach 'bob', and "
+    "policy.outputs_to does not name 'bob' for predictions"
+)
+"""The rule alice's policy refuses `submit_refused_by_alice`'s job with."""
+
+
+def submit_refused_by_alice(client: Client) -> None:
+    """Submit a job alice's policy refuses (bob's model on her rows, predictions to bob)."""
+    with pytest.raises(ClientError, match="refuses the job"):
+        client.submit(
+            Job.infer(
+                model=nn.Sequential(nn.Flatten(), nn.ReLU()),
+                weights={"bob": "digits-mlp"},
+                features={"alice": "bc-test"},
+                reveal={"predictions": ["bob"]},
+            )
+        )

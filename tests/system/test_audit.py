@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-from torch import nn
 
 from mpcml.api.client import Client
 from mpcml.api.job import Job
@@ -17,7 +16,12 @@ from mpcml.demo import models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.party import audit
 from mpcml.proto.v1 import coordinator_pb2 as cpb
-from tests.system.conftest import audit_entries, mail_id
+from tests.system.conftest import (
+    REFUSED_BY_ALICE,
+    audit_entries,
+    mail_id,
+    submit_refused_by_alice,
+)
 
 pytestmark = pytest.mark.system
 SHARES_CLUSTER = True
@@ -68,21 +72,9 @@ def test_a_refused_job_leaves_its_rule_and_the_chain_verifies(
     cluster: LocalCluster, client: Client
 ) -> None:
     since = time.time()
-    rule = (
-        "predictions computed from its dataset 'bc-test' would reach 'bob', and "
-        "policy.outputs_to does not name 'bob' for predictions"
-    )
-    with pytest.raises(Exception, match="refuses the job"):
-        client.submit(
-            Job.infer(
-                model=nn.Sequential(nn.Flatten(), nn.ReLU()),
-                weights={"bob": "digits-mlp"},
-                features={"alice": "bc-test"},
-                reveal={"predictions": ["bob"]},
-            )
-        )
+    submit_refused_by_alice(client)
     [refusal] = [e for e in audit_entries(cluster, "alice", since) if e["kind"] == "job_refused"]
-    assert refusal["rule"] == rule and refusal["submitter"] == "analyst"
+    assert refusal["rule"] == REFUSED_BY_ALICE and refusal["submitter"] == "analyst"
     assert refusal["datasets"] == ["bc-test"] and refusal["request"]
     for party in cluster.parties:
         path = cluster.workdir / party / "state" / audit.FILE

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torch import nn
 
 from mpcml.api.client import Client
 from mpcml.api.job import Job
 from mpcml.demo import models
 from mpcml.demo.cluster import LocalCluster, console_user
 from mpcml.proto.v1 import coordinator_pb2 as cpb
+from tests.system.conftest import submit_refused_by_alice
 
 pytestmark = pytest.mark.system
 SHARES_CLUSTER = True
@@ -147,15 +147,7 @@ def test_a_running_jobs_loss_curve_grows_as_rounds_commit(
 def test_a_refused_job_shows_its_rule_in_the_audit_page(
     browser: Any, cluster: LocalCluster, client: Client
 ) -> None:
-    with pytest.raises(Exception, match="refuses the job"):
-        client.submit(
-            Job.infer(
-                model=nn.Sequential(nn.Flatten(), nn.ReLU()),
-                weights={"bob": "digits-mlp"},
-                features={"alice": "bc-test"},
-                reveal={"predictions": ["bob"]},
-            )
-        )
+    submit_refused_by_alice(client)
     tab = _Console(browser, cluster, "alice")
     page = tab.open("/audit", shot="party-audit")
     text = page.inner_text("body")

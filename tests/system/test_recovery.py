@@ -68,6 +68,17 @@ def _train() -> Job:
     )
 
 
+def _assert_resume_audited(cluster: LocalCluster, job: JobHandle, committed: int) -> None:
+    """Every party's audit log records the first run and the resume from `committed`."""
+    for party in ("alice", "bob", "carol"):
+        started = [
+            e["resume_round"]
+            for e in audit_entries(cluster, party)
+            if e["kind"] == "job_started" and e["job"] == job.id
+        ]
+        assert started[0] == 0 and started[-1] == committed, (party, started)
+
+
 def _weights(job: JobHandle) -> dict[str, torch.Tensor]:
     [output] = job.result().outputs
     return dict(torch.load(output.path, weights_only=True))
@@ -157,13 +168,7 @@ def test_a_party_killed_mid_training_fails_the_job_and_a_resume_finishes_it(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
-    for party in ("alice", "bob", "carol"):  # the audit log records the resume
-        started = [
-            e["resume_round"]
-            for e in audit_entries(cluster, party)
-            if e["kind"] == "job_started" and e["job"] == job.id
-        ]
-        assert started[0] == 0 and started[-1] == status.committed_round, (party, started)
+    _assert_resume_audited(cluster, job, status.committed_round)
 
     secure, uninterrupted = _weights(job), _weights(reference)
     plain = _plaintext_weights()
@@ -207,13 +212,7 @@ def test_a_resumed_run_recomputes_the_lost_round_bit_for_bit(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
-    for party in ("alice", "bob", "carol"):  # the audit log records the resume
-        started = [
-            e["resume_round"]
-            for e in audit_entries(cluster, party)
-            if e["kind"] == "job_started" and e["job"] == job.id
-        ]
-        assert started[0] == 0 and started[-1] == status.committed_round, (party, started)
+    _assert_resume_audited(cluster, job, status.committed_round)
     for party, path in paths.items():  # round 3 again, from round 2's checkpoints
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         assert digest == hashlib.sha256(interrupted[party]).hexdigest(), party
@@ -347,13 +346,7 @@ def test_a_frozen_party_fails_the_job_naming_it_and_a_resume_finishes_it(
     final = job.wait(timeout=240)
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
-    for party in ("alice", "bob", "carol"):  # the audit log records the resume
-        started = [
-            e["resume_round"]
-            for e in audit_entries(cluster, party)
-            if e["kind"] == "job_started" and e["job"] == job.id
-        ]
-        assert started[0] == 0 and started[-1] == status.committed_round, (party, started)
+    _assert_resume_audited(cluster, job, status.committed_round)
 
 
 def _stop_party(cluster: LocalCluster, client: Client, party: str) -> None:
