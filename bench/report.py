@@ -53,7 +53,7 @@ class Suite:
         args = list(self.args)
         if (quick or smoke) and self.script in ("train.py", "transformers.py"):
             args += ["--only", "0"]  # logistic regression; small BERT
-        if (quick or smoke) and self.script in ("scaling.py", "consortium.py"):
+        if (quick or smoke) and self.script in ("scaling.py", "consortium.py", "estimate.py"):
             args += ["--quick"]
         if not (quick or smoke) and self.script == "transformers.py":
             args += ["--parties", "2", "3", "4"]
@@ -85,6 +85,7 @@ SUITES = [
     Suite("Private set intersection", "psi.py", figures=True),
     Suite("Load", "load.py"),
     Suite("Model zoo", "models.py"),
+    Suite("Resource estimates against measured runs", "estimate.py", quick=True),
 ]
 
 

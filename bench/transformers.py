@@ -173,6 +173,7 @@ def run_model(
         }
 
     results = run_parties(tmp, pki, f"transformer-{work.name}", spec, timeout=3600)
+    estimated = _estimate(graph, tuned_x.plan if tuned_x else None, model.rows, list(pki))
     out = torch.from_numpy(np.load(files["out"].with_suffix(".bin.npy")))
     kwargs = {"input_ids": torch.from_numpy(ids)}
     if with_mask:
@@ -190,7 +191,26 @@ def run_model(
         "prepare_seconds": prepared,
         "predicted_ratio": (tuned_x.crypten_seconds / tuned_x.seconds) if tuned_x else None,
         "ops": results[0]["ops"],
+        "estimate_peak_mib": [estimated.peak_memory[p] / MIB for p in pki],
+        "estimate_mib": estimated.bytes_per_batch / MIB,
+        "plane_mib": [p["plane_bytes"] / MIB for p in results],
     }
+
+
+def _estimate(graph: Any, plan: Any, rows: int, parties: list[str]) -> Any:
+    """The estimate of this inference run as a job (`mpcml.jobs.estimate`).
+
+    One batch of `rows` rows, the last party holding the token rows.
+    """
+    from mpcml.jobs import estimate
+    from mpcml.proto.v1 import job_pb2 as jpb
+
+    spec = jpb.JobSpec(task=jpb.TASK_INFER, graph=graph, parties=parties)
+    spec.hyper.batch_size = rows
+    spec.features.add(party=parties[-1], dataset="tokens")
+    if plan is not None:
+        spec.approximations.CopyFrom(plan)
+    return estimate.estimate(spec, rows)
 
 
 def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
@@ -248,6 +268,7 @@ def party(spec: dict[str, Any], session: Any) -> dict[str, Any]:
         "rounds": after["rounds"] - before["rounds"],
         "bytes": after["bytes"] - before["bytes"] + after["dealer_bytes"] - before["dealer_bytes"],
         "peak_rss": peak_rss(),
+        "plane_bytes": after["bytes"] - before["bytes"],
         "ops": by_op,
     }
 
@@ -260,6 +281,23 @@ def _where(ops: dict[str, list[float]], seconds: float, top: int = 5) -> str:
         for op, (s, r, b) in ranked
     ]
     return "time in: " + ", ".join(parts)
+
+
+def _estimated(r: dict[str, Any]) -> str:
+    """Mpcml's estimate of the job against this run: peak memory and data-plane MiB per party."""
+    peaks = [e / m for e, m in zip(r["estimate_peak_mib"], r["peak_mib"], strict=True)]
+    sent = [r["estimate_mib"] / m for m in r["plane_mib"] if m]
+    return (
+        "estimate: peak MiB "
+        + "/".join(f"{m:.0f}" for m in r["estimate_peak_mib"])
+        + f" ({min(peaks):.2f}-{max(peaks):.2f}x measured), "
+        + f"{r['estimate_mib']:.0f} MiB sent per party "
+        + (
+            f"({min(sent):.2f}-{max(sent):.2f}x measured, the dealer's bytes left out)"
+            if sent
+            else ""
+        )
+    )
 
 
 def _print_row(label: str, plan: str, ratio: str, r: dict[str, Any]) -> None:
@@ -311,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = base["seconds"] / r["seconds"]
                 _print_row(model.name, plan, f"{ratio:>9.2f}", r)
                 print(f"    {_where(r['ops'], r['seconds'])}")
+                print(f"    {_estimated(r)}")
             lost = base["agreement"] - r["agreement"] if base else 0.0
             verdict = "PASS" if ratio >= TARGET and lost <= 0.01 else "MISS"
             print(

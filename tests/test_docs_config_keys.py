@@ -31,7 +31,9 @@ SHARED = {"tls", "insecure", "metrics_address", "console_address", "console_user
 
 
 def test_the_party_config_keys_are_all_in_the_readme() -> None:
-    keys = _keys("mpcml/party/config.py") | SHARED
+    from mpcml.party.limits import _KEYS as LIMITS
+
+    keys = _keys("mpcml/party/config.py") | SHARED | LIMITS
     listed = set(re.findall(r"`\[?([a-z_]+)", _paragraph("A party's config")))
     assert keys - {"insecure"} <= listed, f"missing from the README: {sorted(keys - listed)}"
 

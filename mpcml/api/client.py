@@ -12,6 +12,7 @@ import grpc
 from mpcml.api.job import Job, row_shape
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from mpcml.proto.v1 import coordinator_pb2_grpc as cgrpc
+from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.transport.serving import channel
 from mpcml.transport.tls import CLIENT_ROLE, TLSFiles, check_certificate
 
@@ -118,6 +119,41 @@ class Client:
         return list(
             _call(self.stub.ListParties, cpb.ListPartiesRequest(), timeout=self.timeout).parties
         )
+
+    def estimate(self, job: Job) -> tuple[cpb.ResourceEstimate, dict[str, list[str]]]:
+        """What `job` would cost each party, and which of their limits it would exceed.
+
+        Computed here from the parties' public catalogues and limits, as each party computes it
+        when it vets the job (mpcml/jobs/estimate.py); nothing is submitted.
+        """
+        from mpcml.api.job import JobSpecError
+        from mpcml.jobs import estimate
+        from mpcml.jobs.spec import parties_in_order
+
+        parties = self.parties()
+        if job.model is not None:
+            job = job.captured(row_shape(job.spec, parties))
+        spec = jpb.JobSpec.FromString(job.spec.SerializeToString())
+        if not spec.graph.nodes:
+            raise JobSpecError(
+                "the job runs another job's model (from_job): its estimate is computed when it "
+                "is submitted (JobStatus.estimate)"
+            )
+        if not spec.parties:
+            spec.parties.extend(parties_in_order(spec))
+        registered = {(p.name, d.name): int(d.rows) for p in parties for d in p.datasets}
+        rows = max(
+            (registered.get((b.party, b.dataset), 0) for b in [*spec.features, *spec.labels]),
+            default=0,
+        )
+        found = estimate.estimate(spec, rows).to_proto()
+        limits = {p.name: p.limits for p in parties}
+        over = {
+            name: estimate.over(found, name, limits[name])
+            for name in spec.parties
+            if name in limits
+        }
+        return found, over
 
 
 class JobHandle:

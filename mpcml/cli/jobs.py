@@ -79,6 +79,12 @@ def add_parsers(sub: Any) -> None:
     p = command("resume", "run a FAILED job again from its last committed round")
     p.add_argument("job_id")
     p.add_argument("--watch", action="store_true", help="then watch it until it ends")
+    p = command(
+        "estimate",
+        "what a job file would cost each party (peak memory, bytes and rounds per batch) "
+        "against each party's limits; exit 1 when a limit refuses it",
+    )
+    p.add_argument("file")
     p = jobs.add_parser(
         "digest", help="the digest of a job file's model, which a party's policy.graphs approves"
     )
@@ -142,7 +148,15 @@ def _status_text(s: cpb.JobStatus) -> str:
             knobs = ", ".join(f"{k}={v:g}" for k, v in sorted(entry.knobs.items()))
             calibrated = f" on [{entry.low:.4g}, {entry.high:.4g}]" if entry.calibrated else ""
             text += f"\n    {name}: {entry.implementation or 'crypten'}({knobs}){calibrated}"
+    if s.estimate.peak_memory_bytes:
+        text += "\n  estimate: " + "\n    ".join(_estimate_lines(s.estimate))
     return text
+
+
+def _estimate_lines(e: cpb.ResourceEstimate) -> list[str]:
+    from mpcml.jobs.estimate import describe
+
+    return describe(e)
 
 
 def _status_line(s: cpb.JobStatus) -> str:
@@ -231,6 +245,21 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             status = handle.status()
             emit(status, _status_text(status))
             return watch(client, handle.id, out) if args.watch else EXIT_OK
+        if command == "estimate":
+            from mpcml.api.jobfile import load
+
+            job, _ = load(args.file)
+            found, over = client.estimate(job)
+            refused = [line for lines in over.values() for line in lines]
+            if as_json:
+                print(json.dumps({"estimate": _json(found), "over": refused}, indent=2), file=out)
+            else:
+                print("\n".join(_estimate_lines(found)), file=out)
+                for line in refused:
+                    print(f"over {line}", file=out)
+                if not refused:
+                    print(f"within the limits of {', '.join(over)}", file=out)
+            return EXIT_FAILED if refused else EXIT_OK
         if command == "list":
             jobs = client.jobs(args.state or cpb.JOB_STATE_UNSPECIFIED)
             if as_json:

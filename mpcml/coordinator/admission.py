@@ -15,6 +15,8 @@ from collections.abc import Collection, Mapping
 from mpcml.coordinator.registry import PartyLink
 from mpcml.coordinator.store import Job, JobNotFound, JobState, JobStore
 from mpcml.errors import StatusError
+from mpcml.jobs.estimate import merged
+from mpcml.jobs.estimate import over as estimate_over
 from mpcml.jobs.spec import RoundPlan, parties_in_order
 from mpcml.jobs.validate import SpecError, validate
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -147,11 +149,13 @@ class Admission:
         submitter: str,
         links: Mapping[str, PartyLink],
         rows: tuple[list[int], list[int]],
-    ) -> None:
+    ) -> cpb.ResourceEstimate:
         """Ask every party of the job whether its policy allows it; waits without the lock.
 
         `rows` (each binding's registered rows) let a party count how many of its rows each
-        revealed aggregate covers.
+        revealed aggregate covers. Each party answers with its own estimate of the job's cost;
+        one over a party's registered limits is RESOURCE_EXHAUSTED. Returns the estimates,
+        merged.
         """
         request_id = uuid.uuid4().hex
         with self._verdict_ready:
@@ -180,10 +184,18 @@ class Admission:
                     "FAILED_PRECONDITION",
                     f"party {name!r} did not answer the policy check within {VET_TIMEOUT_S:.0f} s",
                 )
+            if verdict.over_limit:
+                raise StatusError("RESOURCE_EXHAUSTED", f"the job is over {verdict.reason}")
             if not verdict.allowed:
                 raise StatusError(
                     "PERMISSION_DENIED", f"party {name!r} refuses the job: {verdict.reason}"
                 )
+        found = merged({n: verdicts[n].estimate for n in links})
+        for name, link in links.items():
+            over = estimate_over(found, name, link.info.limits)
+            if over:
+                raise StatusError("RESOURCE_EXHAUSTED", f"the job is over {'; '.join(over)}")
+        return found
 
     def verdict(self, party: str, verdict: cpb.Verdict) -> None:
         """A party's answer to a policy check."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf import json_format
+
 from mpcml.coordinator.store import Event, Job, JobState
 from mpcml.graph.digest import graph_digest
 from mpcml.jobs.events import EventKind
@@ -32,11 +34,15 @@ class History:
     digests: dict[str, str] = field(default_factory=dict)
     """Each party's checkpoint digest of the committed round."""
     resumes: int = 0
+    estimate: cpb.ResourceEstimate = field(default_factory=cpb.ResourceEstimate)
+    """What the parties estimated the job costs them, at submission."""
 
 
 def job_history(events: list[Event]) -> History:
     """Rounds, the last committed one with its checkpoint digests, and resumes."""
     history = History(total_rounds=int(events[0].data["total_rounds"]) if events else 0)
+    if events and events[0].data.get("estimate"):
+        json_format.ParseDict(events[0].data["estimate"], history.estimate)
     for event in events:
         if event.kind == EventKind.ROUND_DONE:
             history.committed = event.round
@@ -84,6 +90,7 @@ def job_status(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
     history = job_history(events)
     status.total_rounds = history.total_rounds
     status.committed_round, status.resumes = history.committed, history.resumes
+    status.estimate.CopyFrom(history.estimate)
     rows: dict[str, int] = {}
     for event in events:
         if event.kind in (EventKind.ROUND_DONE, EventKind.FINAL_METRICS):
@@ -146,12 +153,14 @@ def job_result(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
             del result.profile[:]
             result.bytes_sent = result.communication_rounds = 0
             result.first_batch_seconds = result.median_batch_seconds = 0.0
+            result.peak_memory_bytes.clear()
         elif e.kind == EventKind.PARTY_FINISHED:
             result.bytes_sent += int(e.data["bytes_sent"])
             result.communication_rounds = max(
                 result.communication_rounds, int(e.data["communication_rounds"])
             )
             _add_profile(result, e.data)
+            result.peak_memory_bytes[e.data["party"]] = int(e.data.get("peak_memory_bytes", 0))
             for o in e.data["outputs"]:
                 result.outputs.append(
                     cpb.PartyOutput(

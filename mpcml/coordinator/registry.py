@@ -145,6 +145,7 @@ class Registry:
                 datasets=list(link.info.datasets),
                 models=list(link.info.models),
                 model_info=list(link.info.model_info),
+                limits=link.info.limits,
             )
             for name, link in sorted(self.links.items())
         ]

@@ -374,6 +374,7 @@ class Runs:
             attempt=run.attempt,
             slot=slot,
             submitter=job.submitter,
+            estimate=history.estimate,
         )
 
     # --- parties that come and go -----------------------------------------------------------
@@ -556,6 +557,7 @@ class Runs:
             ],
             first_batch_seconds=finished.first_batch_seconds,
             median_batch_seconds=finished.median_batch_seconds,
+            peak_memory_bytes=finished.peak_memory_bytes,
         )
         if set(run.finished) != set(run.parties):
             return

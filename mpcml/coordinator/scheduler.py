@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
+from google.protobuf import json_format
+
 from mpcml.coordinator.admission import Admission
 from mpcml.coordinator.history import History
 from mpcml.coordinator.registry import Assignments, Registry
@@ -137,7 +139,7 @@ class Scheduler:
                     raise StatusError("ALREADY_EXISTS", str(exc)) from None
                 if existing is not None:
                     return existing
-        self.admission.vet(spec, submitter, links, rows)
+        found = self.admission.vet(spec, submitter, links, rows)
         with self._lock:
             key = idempotency_key or f"auto-{time.time_ns()}"
             try:
@@ -151,6 +153,7 @@ class Scheduler:
                     total_rounds=plan.total_rounds,
                     parties=list(spec.parties),
                     name=spec.name,
+                    estimate=json_format.MessageToDict(found, preserving_proto_field_name=True),
                 )
                 self._event(job.job_id, EventKind.STATE, state=JobState.PENDING.value)
                 log.info(

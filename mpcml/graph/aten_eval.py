@@ -41,8 +41,12 @@ def run(
     x: torch.Tensor,
     state: Mapping[str, torch.Tensor],
     function: Function | None = None,
+    observe: Callable[[pb.Node, Any], None] | None = None,
 ) -> torch.Tensor:
-    """`graph` on the batch `x` with the weights `state`; meta tensors give shapes only."""
+    """`graph` on the batch `x` with the weights `state`; meta tensors give shapes only.
+
+    `observe` sees every node with its value (the job's estimate counts their elements).
+    """
     values: dict[str, Any] = {graph.inputs[0]: x}
     batch = int(x.size(0))
     for node in graph.nodes:
@@ -71,6 +75,8 @@ def run(
         elif out is None:
             out = target(node.op)(**a)
         values[node.name] = out[0] if isinstance(out, tuple | list) else out
+        if observe is not None:
+            observe(node, values[node.name])
     return values[graph.output]  # type: ignore[no-any-return]
 
 

@@ -26,6 +26,8 @@ mask = "attention_mask"            # optional: 0/1 per token, 1 everywhere witho
 path = "models/digits_mlp.pt"      # a torch state_dict, read with weights_only=True
 [policy]                           # see mpcml/party/policy.py
 submitters = ["analyst"]
+[policy.limits]                    # what one job may cost (mpcml/party/limits.py)
+max_job_memory_mib = 8192
 ```
 """
 
@@ -39,6 +41,7 @@ from mpcml import config as cfg
 from mpcml import metrics
 from mpcml.console.server import ConsoleSettings
 from mpcml.console.server import settings as console_settings
+from mpcml.party.limits import Limits
 from mpcml.party.policy import Policy
 from mpcml.runtime import devices
 from mpcml.transport.address import Address, parse
@@ -90,6 +93,8 @@ class PartyConfig:
     share a machine with each other want 1, or their workers contend for the cores."""
     console: ConsoleSettings | None = None
     """The organisation's web console, when `console_address` is set."""
+    limits: Limits = field(default_factory=lambda: Limits.defaults(1))
+    """What one job may cost this party (`[policy.limits]`, mpcml/party/limits.py)."""
     network: str = ""
     """An emulated network on the job workers' inbound streams (`delay=20ms,bandwidth=352mbit`,
     mpcml/transport/shaping.py), for benchmarks on one machine; empty: none."""
@@ -108,6 +113,7 @@ class PartyConfig:
             for key, entry in dict(data.get("models", {})).items()
         }
         tls = cfg.tls_files(data, base)
+        concurrent = cfg.positive_int(data, "max_concurrent_jobs", 1, base)
         return cls(
             name=name,
             data_address=data_address,
@@ -124,7 +130,10 @@ class PartyConfig:
             policy=Policy.from_table(data.get("policy")),
             dealer=str(data.get("dealer", "")),
             dealer_name=str(data.get("dealer_name", "dealer")),
-            max_concurrent_jobs=cfg.positive_int(data, "max_concurrent_jobs", 1, base),
+            max_concurrent_jobs=concurrent,
+            limits=Limits.from_table(
+                dict(data.get("policy") or {}).get("limits"), concurrent, base
+            ),
             metrics_address=metrics.address(data, base),
             health_address=str(data.get("health_address", "")),
             torch_threads=cfg.positive_int(data, "torch_threads", 0, base, minimum=0),

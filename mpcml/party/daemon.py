@@ -81,6 +81,7 @@ class PartyDaemon:
             running_jobs=self.pool.running(),
             max_concurrent_jobs=self.config.max_concurrent_jobs,
             health_address=self.config.public_health_address(),
+            limits=self.config.limits.to_proto(),
         )
 
     def run(self) -> None:
@@ -210,16 +211,31 @@ class PartyDaemon:
         elif kind == "vet":
             vet = assignment.vet
             rows = (list(vet.feature_rows), list(vet.label_rows))
-            verdict = self._verdict(vet.spec, vet.submitter, rows, request=vet.request_id)
-            self.link.report(
-                cpb.WorkerReport(
-                    verdict=cpb.Verdict(
-                        request_id=assignment.vet.request_id,
-                        allowed=verdict.allowed,
-                        reason=verdict.reason,
-                    )
-                )
+            answer = cpb.Verdict(request_id=vet.request_id)
+            verdict = self._verdict(
+                vet.spec, vet.submitter, rows, answer=answer, request=vet.request_id
             )
+            answer.allowed, answer.reason = verdict.allowed, verdict.reason
+            self.link.report(cpb.WorkerReport(verdict=answer))
+
+    def _estimate(self, spec: jpb.JobSpec, rows: policy.Rows, answer: cpb.Verdict) -> str:
+        """Put the job's estimate in `answer`; why this party's limits refuse it, or "".
+
+        The rows are the most any binding registered: with `align_on` the intersection is no
+        larger.
+        """
+        from mpcml.jobs import estimate
+
+        most = max([*rows[0], *rows[1]], default=0)
+        try:
+            found = estimate.estimate(spec, most).to_proto()
+        except Exception as exc:  # a graph the estimate cannot run is refused, not crashed on
+            log.warning("cannot estimate a job: %s", exc, exc_info=True)
+            return f"its cost cannot be estimated ({type(exc).__name__})"
+        answer.estimate.CopyFrom(found)
+        over = estimate.over(found, self.config.name, self.config.limits.to_proto())
+        answer.over_limit = bool(over)
+        return "; ".join(over)
 
     def _verdict(
         self,
@@ -227,6 +243,7 @@ class PartyDaemon:
         submitter: str,
         rows: policy.Rows | None = None,
         job: str = "",
+        answer: cpb.Verdict | None = None,
         **context: Any,
     ) -> policy.Verdict:
         """The verdict of the party's policy on a job, an entry of its audit log.
@@ -235,7 +252,8 @@ class PartyDaemon:
         start's attempt.
 
         A job that runs this party's private model is refused too when the stored weights no
-        longer match the commitment the job names.
+        longer match the commitment the job names. With `answer` (a vet's), the job's estimate
+        goes into it, and a job over the party's limits is refused.
         """
         config = self.config
         verdict = policy.check(
@@ -249,6 +267,10 @@ class PartyDaemon:
                 )
             except catalogue.DataError as exc:
                 verdict = policy.Verdict(False, str(exc))
+        if verdict.allowed and answer is not None and rows is not None:
+            problem = self._estimate(spec, rows, answer)
+            if problem:
+                verdict = policy.Verdict(False, problem)
         if not verdict.allowed:
             log.warning("refused a job from %s: %s", submitter, verdict.reason)
         mine = [b.dataset for b in [*spec.features, *spec.labels] if b.party == config.name]

@@ -162,7 +162,17 @@ def weights(spec: jpb.JobSpec, lineage: Lineage) -> Weights:
 
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-_KEYS = {"submitters", "datasets", "graphs", "outputs_to", "min_rows", "for_dataset", "for_model"}
+_KEYS = {
+    "submitters",
+    "datasets",
+    "graphs",
+    "outputs_to",
+    "min_rows",
+    "for_dataset",
+    "for_model",
+    "limits",
+}
+"""`limits` is read by `mpcml.party.limits`: what a job may cost, not who may run it."""
 _RULE_KEYS = {"graphs", "outputs_to", "min_rows"}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -20,11 +21,20 @@ from mpcml import logs
 from mpcml.party import worker
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import discard_uncommitted
+from mpcml.party.limits import (
+    ADDRESS_ALLOWANCE,
+    MIB,
+    Limits,
+    hard_cap,
+    resident_bytes,
+)
 from mpcml.party.metrics import PartyMetrics, Totals
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 
 log = logging.getLogger(__name__)
 
+MONITOR_S = 0.2
+"""How often a worker's resident memory and run time are checked."""
 STOP_GRACE_S = 5.0
 """A stopped worker gets this long after SIGTERM before SIGKILL."""
 WORKER_EXIT_S = 30.0
@@ -70,6 +80,22 @@ class WorkerHandle:
     """Set by the relay thread once it reaped the process (the only thread that joins it)."""
     traffic: Totals = field(default_factory=dict)
     """The per-peer traffic of its last report, counted in the metrics already."""
+    memory_cap: int = 0
+    """Bytes of resident memory it may hold (0: no cap); the monitor stops it beyond."""
+    estimate: int = 0
+    """Its job's estimated peak memory here, in bytes."""
+    deadline: float = 0.0
+    """`time.monotonic()` past which the monitor stops it (0: none)."""
+
+
+def _cap_rule(estimate: int, limits: Limits) -> str:
+    """How a worker's memory cap was set, for a failure's reason."""
+    rule = f"memory_margin = {limits.memory_margin:g} times"
+    if estimate:
+        rule += f" the job's estimate here, {estimate / MIB:.0f} MiB"
+    if limits.max_job_memory_mib and (not estimate or estimate > limits.max_job_memory_mib * MIB):
+        rule += f"{' and' if estimate else ''} max_job_memory_mib = {limits.max_job_memory_mib}"
+    return rule
 
 
 def _failed(job_id: str, attempt: int, reason: str) -> cpb.WorkerReport:
@@ -181,15 +207,20 @@ class WorkerPool:
                 self._report(_failed(start.job_id, start.attempt, reason))
                 return
             parent, child = self._ctx.Pipe()
+            estimate = start.estimate.peak_memory_bytes.get(self.config.name, 0)
+            cap = self.config.limits.memory_cap(estimate)
             process = self._ctx.Process(
                 target=worker.main,
-                args=(child, start.SerializeToString(), self.config),
+                args=(child, start.SerializeToString(), self.config, hard_cap(cap)),
                 name=f"mpcml-worker-{start.job_id[:8]}",
                 daemon=False,
             )
             process.start()
             child.close()
             handle = WorkerHandle(start.job_id, process, parent, start.slot, start.attempt)
+            handle.memory_cap, handle.estimate = cap, estimate
+            seconds = self.config.limits.max_job_seconds
+            handle.deadline = time.monotonic() + seconds if seconds else 0.0
             self._workers[start.job_id] = handle
         self.metrics.started.inc()
         log.info(
@@ -201,6 +232,7 @@ class WorkerPool:
             extra={"job_id": start.job_id},
         )
         threading.Thread(target=self._relay, args=(handle,), daemon=True).start()
+        threading.Thread(target=self._monitor, args=(handle,), daemon=True).start()
 
     def go(self, go: cpb.GoRound) -> None:
         """Pass a round's GO to the job's worker; a GO for a run it does not have fails."""
@@ -240,6 +272,35 @@ class WorkerPool:
         for job_id in jobs:
             self.stop(job_id, reason)
 
+    # --- each worker's monitor thread ---------------------------------------------------------
+
+    def _monitor(self, handle: WorkerHandle) -> None:
+        """Stop the worker past its memory cap or its wall time, with a reason naming the limit."""
+        limits = self.config.limits
+        while not handle.exited.wait(MONITOR_S):
+            if handle.ended:
+                return
+            reason = ""
+            resident = resident_bytes(handle.process.pid or 0)
+            if handle.memory_cap and resident > handle.memory_cap:
+                reason = (
+                    f"its job worker held {resident / MIB:.0f} MiB, over its memory cap of "
+                    f"{handle.memory_cap / MIB:.0f} MiB ({_cap_rule(handle.estimate, limits)}); "
+                    "the worker was stopped"
+                )
+            elif handle.deadline and time.monotonic() > handle.deadline:
+                reason = (
+                    f"its job worker ran past max_job_seconds = {limits.max_job_seconds:g} "
+                    "(policy.limits); the worker was stopped"
+                )
+            if reason:
+                log.warning("job %s: %s", handle.job_id, reason, extra={"job_id": handle.job_id})
+                handle.ended = True
+                self.metrics.failed.inc()
+                self._report(_failed(handle.job_id, handle.attempt, reason))
+                handle.process.kill()
+                return
+
     # --- each worker's relay thread ---------------------------------------------------------
 
     def _relay(self, handle: WorkerHandle) -> None:
@@ -269,6 +330,12 @@ class WorkerPool:
                 else f"exited with code {code}"
             )
             reason = f"the job worker process {how} without a report"
+            if handle.memory_cap:
+                reason += (
+                    f" (it ran under a hard memory cap of {hard_cap(handle.memory_cap) / MIB:.0f}"
+                    f" MiB: {_cap_rule(handle.estimate, self.config.limits)}, plus "
+                    f"{ADDRESS_ALLOWANCE / MIB:.0f} MiB of reserved address space)"
+                )
             self._report(_failed(handle.job_id, handle.attempt, reason))
         with self._lock:
             if self._workers.get(handle.job_id) is handle:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mpcml import logs
 from mpcml.config import ConfigError
 from mpcml.errors import MpcmlError
+from mpcml.party import limits
 from mpcml.party.config import PartyConfig
 from mpcml.party.durable import job_secret
 from mpcml.proto.v1 import coordinator_pb2 as cpb
@@ -54,7 +55,15 @@ def _hold(config: PartyConfig, job_id: str, round: int, gate_file: str = HOLD_FI
         time.sleep(HOLD_POLL_S)
 
 
-def _reason(exc: BaseException) -> str:
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that failed (torch's allocator raises RuntimeError)."""
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and "alloc" in text and "memory" in text
+    )
+
+
+def _reason(exc: BaseException, hard_limit: int = 0) -> str:
     """What the coordinator is told of a failure.
 
     An mpcml error's message as it is (written to hold no data); any other error by its type
@@ -62,6 +71,12 @@ def _reason(exc: BaseException) -> str:
     """
     if isinstance(exc, MpcmlError):
         return str(exc)
+    if hard_limit and _out_of_memory(exc):
+        return (
+            f"the job worker could not allocate memory under its hard cap of "
+            f"{hard_limit / limits.MIB:.0f} MiB (RLIMIT_DATA: its memory cap, set from the "
+            "job's estimate and policy.limits, plus reserved address space)"
+        )
     return f"{type(exc).__name__} in the job worker (details in the party's log)"
 
 
@@ -155,8 +170,13 @@ def _traffic(traffic: PeerTraffic | None) -> list[cpb.PeerTraffic]:
     ]
 
 
-def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
-    """Entry point of the job worker process, forked from the pool's fork server."""
+def main(conn: Connection, start_bytes: bytes, config: PartyConfig, hard_limit: int = 0) -> None:
+    """Entry point of the job worker process, forked from the pool's fork server.
+
+    `hard_limit` caps its heap and private mappings (`limits.cap_memory`), so that a job far
+    over its estimate fails here rather than take the machine's memory.
+    """
+    limits.cap_memory(hard_limit)
     logs.configure(f"{config.name} worker")
     start = cpb.StartJob.FromString(start_bytes)
     logs.bind(party=config.name, job_id=start.job_id)
@@ -228,6 +248,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
                 traffic=_traffic(traffic),
                 bytes_sent=sent,
                 communication_rounds=rounds,
+                peak_memory_bytes=limits.peak_rss(),
             )
             _profile(finished, costs, began)
             pipe.send(finished=finished)
@@ -240,7 +261,10 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig) -> None:
         with contextlib.suppress(OSError):
             pipe.send(
                 failed=cpb.Failure(
-                    reason=_reason(exc), round=round, peer=peer, traffic=_traffic(traffic)
+                    reason=_reason(exc, hard_limit),
+                    round=round,
+                    peer=peer,
+                    traffic=_traffic(traffic),
                 )
             )
         sys.exit(1)

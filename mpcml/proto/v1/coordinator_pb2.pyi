@@ -104,7 +104,7 @@ class ListPartiesResponse(_message.Message):
     def __init__(self, parties: _Optional[_Iterable[_Union[PartyStatus, _Mapping]]] = ...) -> None: ...
 
 class PartyStatus(_message.Message):
-    __slots__ = ("name", "data_address", "device", "connected", "heartbeat_age", "datasets", "models", "model_info")
+    __slots__ = ("name", "data_address", "device", "connected", "heartbeat_age", "datasets", "models", "model_info", "limits")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class PartyStatus(_message.Message):
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     MODEL_INFO_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     name: str
     data_address: str
     device: str
@@ -121,10 +122,11 @@ class PartyStatus(_message.Message):
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetInfo]
     models: _containers.RepeatedScalarFieldContainer[str]
     model_info: _containers.RepeatedCompositeFieldContainer[ModelInfo]
-    def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+    limits: ResourceLimits
+    def __init__(self, name: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., connected: _Optional[bool] = ..., heartbeat_age: _Optional[float] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest", "approximations", "rows")
+    __slots__ = ("job_id", "name", "state", "reason", "current_round", "total_rounds", "state_times", "submitter", "task", "parties", "metrics", "idempotency_key", "warnings", "committed_round", "resumes", "graph_digest", "approximations", "rows", "estimate")
     class StateTimesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +159,7 @@ class JobStatus(_message.Message):
     GRAPH_DIGEST_FIELD_NUMBER: _ClassVar[int]
     APPROXIMATIONS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: JobState
@@ -175,7 +178,52 @@ class JobStatus(_message.Message):
     graph_digest: str
     approximations: _job_pb2.ApproximationPlan
     rows: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ..., approximations: _Optional[_Union[_job_pb2.ApproximationPlan, _Mapping]] = ..., rows: _Optional[int] = ...) -> None: ...
+    estimate: ResourceEstimate
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submitter: _Optional[str] = ..., task: _Optional[_Union[_job_pb2.Task, str]] = ..., parties: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., idempotency_key: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., committed_round: _Optional[int] = ..., resumes: _Optional[int] = ..., graph_digest: _Optional[str] = ..., approximations: _Optional[_Union[_job_pb2.ApproximationPlan, _Mapping]] = ..., rows: _Optional[int] = ..., estimate: _Optional[_Union[ResourceEstimate, _Mapping]] = ...) -> None: ...
+
+class ResourceEstimate(_message.Message):
+    __slots__ = ("peak_memory_bytes", "memory", "parameters", "tuple_elements", "bytes_per_batch", "rounds_per_batch", "batches")
+    class PeakMemoryBytesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class MemoryEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    TUPLE_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    peak_memory_bytes: _containers.ScalarMap[str, int]
+    memory: _containers.ScalarMap[str, int]
+    parameters: int
+    tuple_elements: int
+    bytes_per_batch: int
+    rounds_per_batch: int
+    batches: int
+    def __init__(self, peak_memory_bytes: _Optional[_Mapping[str, int]] = ..., memory: _Optional[_Mapping[str, int]] = ..., parameters: _Optional[int] = ..., tuple_elements: _Optional[int] = ..., bytes_per_batch: _Optional[int] = ..., rounds_per_batch: _Optional[int] = ..., batches: _Optional[int] = ...) -> None: ...
+
+class ResourceLimits(_message.Message):
+    __slots__ = ("max_job_memory_bytes", "max_parameters", "max_tuple_elements", "max_job_seconds")
+    MAX_JOB_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TUPLE_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOB_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    max_job_memory_bytes: int
+    max_parameters: int
+    max_tuple_elements: int
+    max_job_seconds: float
+    def __init__(self, max_job_memory_bytes: _Optional[int] = ..., max_parameters: _Optional[int] = ..., max_tuple_elements: _Optional[int] = ..., max_job_seconds: _Optional[float] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("seq", "at", "kind", "round", "state", "metrics", "message", "total_rounds")
@@ -205,7 +253,14 @@ class JobEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., round: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., total_rounds: _Optional[int] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds", "profile", "first_batch_seconds", "median_batch_seconds")
+    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds", "profile", "first_batch_seconds", "median_batch_seconds", "peak_memory_bytes")
+    class PeakMemoryBytesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +270,7 @@ class JobResult(_message.Message):
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     FIRST_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     status: JobStatus
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     rounds: _containers.RepeatedCompositeFieldContainer[RoundMetrics]
@@ -224,7 +280,8 @@ class JobResult(_message.Message):
     profile: _containers.RepeatedCompositeFieldContainer[NodeCost]
     first_batch_seconds: float
     median_batch_seconds: float
-    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ...) -> None: ...
+    peak_memory_bytes: _containers.ScalarMap[str, int]
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class NodeCost(_message.Message):
     __slots__ = ("node", "op", "rounds", "bytes", "seconds", "calls")
@@ -286,7 +343,7 @@ class DatasetInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows: _Optional[int] = ..., row_shape: _Optional[_Iterable[int]] = ..., id_column: _Optional[str] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
-    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs", "health_address", "model_info")
+    __slots__ = ("party", "data_address", "device", "datasets", "models", "running_jobs", "max_concurrent_jobs", "health_address", "model_info", "limits")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +353,7 @@ class AttachRequest(_message.Message):
     MAX_CONCURRENT_JOBS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MODEL_INFO_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     party: str
     data_address: str
     device: str
@@ -305,7 +363,8 @@ class AttachRequest(_message.Message):
     max_concurrent_jobs: int
     health_address: str
     model_info: _containers.RepeatedCompositeFieldContainer[ModelInfo]
-    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ..., health_address: _Optional[str] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+    limits: ResourceLimits
+    def __init__(self, party: _Optional[str] = ..., data_address: _Optional[str] = ..., device: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ..., models: _Optional[_Iterable[str]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., max_concurrent_jobs: _Optional[int] = ..., health_address: _Optional[str] = ..., model_info: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("name", "commitment", "parameters")
@@ -380,7 +439,7 @@ class VetJob(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., submitter: _Optional[str] = ..., feature_rows: _Optional[_Iterable[int]] = ..., label_rows: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StartJob(_message.Message):
-    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt", "slot", "submitter")
+    __slots__ = ("job_id", "spec", "rank", "peers", "total_rounds", "resume_round", "checkpoint_digest", "attempt", "slot", "submitter", "estimate")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -391,6 +450,7 @@ class StartJob(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: _job_pb2.JobSpec
     rank: int
@@ -401,7 +461,8 @@ class StartJob(_message.Message):
     attempt: int
     slot: int
     submitter: str
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ..., resume_round: _Optional[int] = ..., checkpoint_digest: _Optional[str] = ..., attempt: _Optional[int] = ..., slot: _Optional[int] = ..., submitter: _Optional[str] = ...) -> None: ...
+    estimate: ResourceEstimate
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_job_pb2.JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., total_rounds: _Optional[int] = ..., resume_round: _Optional[int] = ..., checkpoint_digest: _Optional[str] = ..., attempt: _Optional[int] = ..., slot: _Optional[int] = ..., submitter: _Optional[str] = ..., estimate: _Optional[_Union[ResourceEstimate, _Mapping]] = ...) -> None: ...
 
 class Peer(_message.Message):
     __slots__ = ("name", "address")
@@ -464,14 +525,18 @@ class WorkerReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., party: _Optional[str] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., done: _Optional[_Union[RoundDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("request_id", "allowed", "reason")
+    __slots__ = ("request_id", "allowed", "reason", "estimate", "over_limit")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     allowed: bool
     reason: str
-    def __init__(self, request_id: _Optional[str] = ..., allowed: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    estimate: ResourceEstimate
+    over_limit: bool
+    def __init__(self, request_id: _Optional[str] = ..., allowed: _Optional[bool] = ..., reason: _Optional[str] = ..., estimate: _Optional[_Union[ResourceEstimate, _Mapping]] = ..., over_limit: _Optional[bool] = ...) -> None: ...
 
 class Ready(_message.Message):
     __slots__ = ("rows",)
@@ -518,7 +583,7 @@ class MetricShare(_message.Message):
     def __init__(self, name: _Optional[str] = ..., share: _Optional[int] = ..., scale: _Optional[int] = ...) -> None: ...
 
 class Finished(_message.Message):
-    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic", "profile", "first_batch_seconds", "median_batch_seconds")
+    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic", "profile", "first_batch_seconds", "median_batch_seconds", "peak_memory_bytes")
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
@@ -527,6 +592,7 @@ class Finished(_message.Message):
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     FIRST_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
     bytes_sent: int
@@ -535,7 +601,8 @@ class Finished(_message.Message):
     profile: _containers.RepeatedCompositeFieldContainer[NodeCost]
     first_batch_seconds: float
     median_batch_seconds: float
-    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ...) -> None: ...
+    peak_memory_bytes: int
+    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Failure(_message.Message):
     __slots__ = ("reason", "round", "peer", "traffic")

@@ -103,7 +103,9 @@ class CoordinatorServicer:
         vet it against its own policy, stores it PENDING and returns its status. INVALID_ARGUMENT
         (the spec itself is wrong) or FAILED_PRECONDITION (a party is not registered) name what is
         wrong; PERMISSION_DENIED when a party's policy refuses the job; RESOURCE_EXHAUSTED over
-        the coordinator's `max_job_rows`; ALREADY_EXISTS for a reused idempotency key. A job may
+        the coordinator's `max_job_rows`, or when the job's estimate (`JobStatus.estimate`) exceeds
+        a party's limits (`AttachRequest.limits`), naming the party, the limit and the estimate;
+        ALREADY_EXISTS for a reused idempotency key. A job may
         use the model of another job (`weights.from_job`) only when both have the same submitter.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
