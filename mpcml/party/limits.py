@@ -171,3 +171,8 @@ def peak_rss() -> int:
     fork server's peak.
     """
     return _status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def data_now() -> int:
+    """What RLIMIT_DATA counts of the calling process now (VmData), in bytes."""
+    return _status("VmData")

@@ -1,7 +1,7 @@
 """What a job may cost a party: refused at submit over a limit, stopped alone over its caps.
 
 A cluster of its own, with limits in alice's and bob's `[policy.limits]`: bob admits jobs whose
-estimated peak memory there is at most 900 MiB and stops workers after 25 s; alice caps her
+estimated peak memory there is at most 900 MiB and stops workers after 30 s; alice caps her
 workers at half their estimate plus 256 MiB, which a job that adds a gigabyte exceeds and a
 logistic regression does not.
 """
@@ -28,7 +28,7 @@ from tests.system.conftest import cli, system_parties
 ACCURACY_POINTS = 0.01
 OUTPUT_TOLERANCE = 0.05
 BOB_MEMORY_MIB = 900
-BOB_SECONDS = 25
+BOB_SECONDS = 30
 
 
 class Wide(nn.Module):
@@ -115,6 +115,12 @@ def test_a_worker_over_its_memory_cap_fails_alone_while_another_job_completes(
     row = breast_cancer_task(client, "logreg", models.LogisticRegression(), epochs=1)
     assert abs(row.secure_accuracy - row.plaintext_accuracy) <= ACCURACY_POINTS
     assert row.max_abs_diff <= OUTPUT_TOLERANCE
+    # its estimate, what its parties' workers measured, within the factor docs/failures.md states
+    train = next(j for j in client.jobs() if j.name == "logreg-train")
+    peaks = client.job(train.job_id).result().peak_memory_bytes
+    assert set(peaks) == set(train.estimate.peak_memory_bytes) == {"alice", "bob", "carol"}
+    for party, peak in peaks.items():
+        assert 0.6 < train.estimate.peak_memory_bytes[party] / peak < 1.6, (party, peak)
     status = wide.wait(timeout=240)
     assert status.state == cpb.FAILED, status
     assert status.reason.startswith("party 'alice' failed: its job worker held"), status.reason
