@@ -1,7 +1,7 @@
 """What a job may cost a party: refused at submit over a limit, stopped alone over its caps.
 
 A cluster of its own, with limits in alice's and bob's `[policy.limits]`: bob admits jobs whose
-estimated peak memory there is at most 900 MiB and stops workers after 30 s; alice caps her
+estimated peak memory there is at most 900 MiB and stops workers after 15 s; alice caps her
 workers at half their estimate plus 256 MiB, which a job that adds a gigabyte exceeds and a
 logistic regression does not.
 """
@@ -28,7 +28,7 @@ from tests.system.conftest import cli, system_parties
 ACCURACY_POINTS = 0.01
 OUTPUT_TOLERANCE = 0.05
 BOB_MEMORY_MIB = 900
-BOB_SECONDS = 30
+BOB_SECONDS = 15
 
 
 class Wide(nn.Module):
