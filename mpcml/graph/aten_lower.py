@@ -76,12 +76,13 @@ def _product(x: Any, w: Any) -> Any:
     import crypten
 
     inner, columns = w.size(0), w.size(1)
+    last = x.dim() - 1  # CrypTen's narrow and cat backward need dimensions counted from the front
     if inner >= columns:
         height = max(1, PRODUCT_ELEMENTS // columns)
         total = None
         for start in range(0, inner, height):
             rows = min(height, inner - start)
-            part = x.narrow(-1, start, rows).matmul(w.narrow(0, start, rows))
+            part = x.narrow(last, start, rows).matmul(w.narrow(0, start, rows))
             total = part if total is None else total.add(part)
         return total
     width = max(1, PRODUCT_ELEMENTS // inner)
@@ -89,7 +90,7 @@ def _product(x: Any, w: Any) -> Any:
         x.matmul(w.narrow(1, start, min(width, columns - start)))
         for start in range(0, columns, width)
     ]
-    return crypten.cat(blocks, dim=-1)
+    return crypten.cat(blocks, dim=last)
 
 
 def _addmm(a: Args, m: Any) -> Any:

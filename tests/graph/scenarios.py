@@ -87,9 +87,18 @@ def secure_graphs(
     return out
 
 
-def secure_gradients(s: mpcml.Session, folder: str, names: list[str]) -> dict[str, Any]:
+def secure_gradients(
+    s: mpcml.Session, folder: str, names: list[str], product_elements: int = 0
+) -> dict[str, Any]:
     """For each named graph, in training mode: the gradient of sum(output * r) with respect to
-    every parameter (r is `NAME.r.pt`), revealed to everyone, keyed by state_dict key."""
+    every parameter (r is `NAME.r.pt`), revealed to everyone, keyed by state_dict key.
+
+    `product_elements` as for `secure_graphs`: the blocks' backward pass too.
+    """
+    from mpcml.graph import aten_lower
+
+    if product_elements:
+        aten_lower.PRODUCT_ELEMENTS = product_elements
     out: dict[str, Any] = {}
     for name in names:
         g, net, secret = _shared_graph(s, Path(folder) / name)
