@@ -5,12 +5,14 @@ parties, mutual TLS, the dealer) and then runs inference on the test rows; the t
 `JobStatus.estimate`, what the coordinator stored at submission, beside the workers' peak
 resident memory (VmHWM, `JobResult.peak_memory_bytes`) and CrypTen's byte and round counts.
 The models: bench/train.py's three, a ReLU MLP and a ReLU CNN with max pooling (comparisons),
-and two-layer models 2000, 20000 and 60000 units wide (the issue's kind of model, narrowed to
-fit this machine).
+two-layer models 2000, 20000 and 60000 units wide (the issue's kind of model, narrowed to fit
+this machine), a model with a square hidden layer (2000 units: many parameters, few
+activations) at batch 64 and 8, and torchvision's resnet18, alexnet and vgg11 run by bob's
+private weights on alice's image (bench/models.py's set-up), inference only.
 
 `--fit` fits the estimate's coefficients to these runs and writes mpcml/jobs/estimate.json:
-memory as `worker + a x parameters + b x activations` per task kind and for rank 0 and the
-others (least squares, no negative coefficient), the products' bytes per operand and output
+memory as `worker + a x parameters + b x activations + c x tuples` per task kind and for rank 0
+and the others (least squares, no negative coefficient), the products' bytes per operand and output
 element, a comparison's bytes per element, the backward pass as a multiple of the forward
 products, the optimizer's bytes per parameter; rounds as the runs count them.
 """
@@ -54,6 +56,15 @@ DIGITS = (
 DIGITS_TEST = {"alice": "digits-test-left", "bob": "digits-test-right"}
 IMAGES = ({"alice": "digits-train-images"}, {"carol": "digits-train-labels"})
 IMAGES_TEST = {"alice": "digits-test-images"}
+
+
+class Square(nn.Sequential):
+    """A hidden layer `width` x `width`: parameters grow with its square, activations not."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__(
+            nn.Linear(30, width), nn.Linear(width, width), nn.Linear(width, 1), nn.Sigmoid()
+        )
 
 
 class Wide(nn.Module):
@@ -104,6 +115,8 @@ def cases(quick: bool = False) -> list[Case]:
         Case("wide 2000", lambda: Wide(2000), "bce", BC, BC_TEST),
         Case("wide 20000", lambda: Wide(20000), "bce", BC, BC_TEST),
         Case("wide 20000, batch 256", lambda: Wide(20000), "bce", BC, BC_TEST, batch=256),
+        Case("square 2000", lambda: Square(2000), "bce", BC, BC_TEST),
+        Case("square 2000, batch 8", lambda: Square(2000), "bce", BC, BC_TEST, batch=8),
         Case(
             "wide 20000, 2 parties",
             lambda: Wide(20000, 64, 10),
@@ -167,7 +180,9 @@ def _measure(client: Client, case: Case) -> dict[str, Any]:
         handle = client.submit(job)
         status = handle.wait(timeout=3600)
         if status.state != cpb.COMPLETED:
-            raise SystemExit(f"{case.name} ({kind}) failed: {status.reason}")
+            print(f"  {case.name} ({kind}) failed: {status.reason}", file=sys.stderr)
+            out["failed"] = f"{kind}: {status.reason}"
+            return out
         result = handle.result()
         spec = jpb.JobSpec.FromString(job.spec.SerializeToString())
         spec.graph.CopyFrom(train.spec.graph)
@@ -206,8 +221,71 @@ def _infer_spec(infer: jpb.JobSpec, train: jpb.JobSpec) -> jpb.JobSpec:
     return spec
 
 
+ZOO = ["resnet18", "alexnet", "vgg11"]
+"""Torchvision classifiers run by bob's private weights on alice's image (bench/models.py):
+inference with many parameters and few activations."""
+
+
+def _measure_zoo(client: Client, name: str) -> dict[str, Any]:
+    from bench import zoo
+
+    model, shape = zoo.classifier(name), zoo.input_shape(name)
+    job = Job.infer(
+        {"alice": f"image{shape[1]}"},
+        model=model,
+        weights={"bob": f"zoo-{name}"},
+        reveal={"predictions": ["alice"]},
+        batch_size=1,
+    ).captured(tuple(shape))
+    handle = client.submit(job)
+    status = handle.wait(timeout=1800)
+    if status.state != cpb.COMPLETED:
+        print(f"  {name} failed: {status.reason}", file=sys.stderr)
+        return {"name": name, "failed": status.reason}
+    result = handle.result()
+    spec = jpb.JobSpec.FromString(job.spec.SerializeToString())
+    spec.parties.extend(status.parties)
+    n = len(status.parties)
+    return {
+        "name": f"{name} (zoo)",
+        "infer": {
+            "job_id": status.job_id,
+            "spec": spec.SerializeToString().hex(),
+            "rows": status.rows,
+            "parties": list(status.parties),
+            "estimate": json.loads(_json(status.estimate)),
+            "peak": dict(result.peak_memory_bytes),
+            "bytes_per_batch": result.bytes_sent / n,
+            "rounds_per_batch": result.communication_rounds,
+            "profile": {},
+            "batches": 1,
+        },
+    }
+
+
+def run_zoo() -> list[dict[str, Any]]:
+    """The `ZOO` models, through a cluster of their own."""
+    from bench import models, zoo
+
+    if zoo.torchvision() is None:
+        print(f"  torchvision is not installed in {zoo.ZOO}: no zoo rows", file=sys.stderr)
+        return []
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        parties = models._parties(root, ZOO)
+        with LocalCluster(root / "cluster", parties_dir=parties, log_level="warning") as cluster:
+            client = cluster.start()
+            for name in ZOO:
+                measured = _measure_zoo(client, name)
+                if "failed" not in measured:
+                    results.append(measured)
+                    print(f"  measured {name}", file=sys.stderr, flush=True)
+    return results
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
-    """Every case, train and infer, through one local cluster."""
+    """Every case, train and infer, through one local cluster; then the zoo's."""
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -216,9 +294,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
         with LocalCluster(root / "cluster", parties_dir=parties, log_level="warning") as cluster:
             client = cluster.start()
             for case in cases(quick):
-                results.append(_measure(client, case))
-                print(f"  measured {case.name}", file=sys.stderr, flush=True)
-    return results
+                measured = _measure(client, case)
+                if "failed" not in measured:
+                    results.append(measured)
+                    print(f"  measured {case.name}", file=sys.stderr, flush=True)
+    return results + run_zoo()
 
 
 # --- fitting ------------------------------------------------------------------------------
@@ -247,20 +327,21 @@ def fit(results: list[dict[str, Any]]) -> dict[str, Any]:
             for rank, party in enumerate(run_["parties"]):
                 fixed = shares + own[party]
                 group = groups["rank0" if rank == 0 else "other"]
-                group[0].append([1.0, f.parameters, f.activations])
+                group[0].append([1.0, f.parameters, f.activations, f.largest_product])
                 group[1].append(int(run_["peak"][party]) - fixed)
         memory[kind] = {}
         for name, (rows, targets) in groups.items():
-            w, a, b = _nonneg(rows, targets)
+            w, a, b, c = _nonneg(rows, targets)
             memory[kind][name] = {
                 "worker": round(w / MIB, 1),
                 "parameters": round(a, 2),
                 "activations": round(b, 2),
+                "tuples": round(c, 2),
             }
     communication: dict[str, Any] = {}
     for n in (2, 3):
         communication[str(n)] = _fit_communication(
-            [r["train"] for r in results if len(r["train"]["parties"]) == n], n
+            [r["train"] for r in results if "train" in r and len(r["train"]["parties"]) == n], n
         )
     return {
         "command": COMMAND,
@@ -362,7 +443,7 @@ def _local(run_: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(_json(found)))
 
 
-def report(results: list[dict[str, Any]]) -> str:
+def report(results: list[dict[str, Any]], local: bool = False) -> str:
     """Estimate against measurement, each model and task; the ratio is estimate / measured."""
     lines = [
         f"{'model':<24} {'task':<6} {'peak MiB est/meas (ratio) per party':<58} "
@@ -374,7 +455,7 @@ def report(results: list[dict[str, Any]]) -> str:
             run_ = r.get(kind)
             if not run_:
                 continue
-            e = run_["estimate"] or _local(run_)
+            e = _local(run_) if local or not run_["estimate"] else run_["estimate"]
             peaks = []
             for party in run_["parties"]:
                 est = int(e.get("peak_memory_bytes", {}).get(party, 0))
@@ -400,10 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="write mpcml/jobs/estimate.json")
     parser.add_argument("--quick", action="store_true", help="leave out the 60000-wide model")
+    parser.add_argument("--add-zoo", action="store_true", help="with --load: run the zoo, add it")
     parser.add_argument("--save", type=Path, help="write the measurements here (JSON)")
     parser.add_argument("--load", type=Path, help="use saved measurements instead of running")
+    parser.add_argument(
+        "--local", action="store_true", help="estimate here with the current coefficients"
+    )
     args = parser.parse_args(argv)
     results = json.loads(args.load.read_text()) if args.load else run(args.quick)
+    if args.load and args.add_zoo:
+        results = [r for r in results if not r["name"].endswith("(zoo)")] + run_zoo()
     if args.save:
         args.save.write_text(json.dumps(results))
     if args.fit:
@@ -411,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {estimate.TABLE}")
         return 0
     print("Resource estimate against measured runs (one epoch each; estimate / measured)")
-    print(report(results))
+    print(report(results, args.local))
     return 0
 
 

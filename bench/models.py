@@ -7,7 +7,9 @@ the two. Each model is passed to `Job.infer` as torchvision builds it; the clien
 with torch.export for the shape alice registered (3x64x64; 224x224 for ViT and Swin, which
 accept nothing else). Per model: whether it runs, the largest logit error against the same
 model in plaintext PyTorch, seconds (submission to result, capture excluded), CrypTen's
-communication rounds and MiB sent per party (the dealer's traffic not counted). A model over
+communication rounds and MiB sent per party (the dealer's traffic not counted), and the job's
+estimated peak memory (`JobStatus.estimate`) beside the measured one, the larger party's
+each. A model over
 the time limit (`--limit`, default 900 s) is reported as too slow for this machine. Target
 (issue 33): at least 16 of 18 run, logit error within `TOLERANCE`.
 """
@@ -112,6 +114,8 @@ def run_model(client: Client, cluster: LocalCluster, name: str, limit: float) ->
         "rounds": result.communication_rounds,
         "parties": len(parties_in_order(job.spec)),
         "mib": result.bytes_sent / MIB / len(parties_in_order(job.spec)),
+        "peak_mib": max(result.peak_memory_bytes.values(), default=0) / MIB,
+        "estimate_mib": max(status.estimate.peak_memory_bytes.values(), default=0) / MIB,
     }
 
 
@@ -142,7 +146,7 @@ def _print(rows: list[dict[str, Any]], total: float) -> None:
     print(f"Model zoo through the daemons ({parties} parties, dealer, mutual TLS, batch 1)")
     print(
         f"{'model':20} {'size':>4} {'runs':>5} {'max err':>9} {'|logit|':>8} {'seconds':>8} "
-        f"{'rounds':>7} {'MiB/party':>9}"
+        f"{'rounds':>7} {'MiB/party':>9} {'peak MiB est/meas':>18}"
     )
     good = 0
     for r in rows:
@@ -153,7 +157,8 @@ def _print(rows: list[dict[str, Any]], total: float) -> None:
         good += within
         print(
             f"{r['name']:20} {r['size']:>4} {'yes' if within else 'err':>5} {r['error']:>9.4f} "
-            f"{r['largest']:>8.2f} {r['seconds']:>8.1f} {r['rounds']:>7} {r['mib']:>9.1f}"
+            f"{r['largest']:>8.2f} {r['seconds']:>8.1f} {r['rounds']:>7} {r['mib']:>9.1f} "
+            f"{r['estimate_mib']:>8.0f}/{r['peak_mib']:<9.0f}"
         )
     print(
         f"{good} of {len(rows)} run with a logit error within {TOLERANCE:.0%} of the largest "

@@ -10,7 +10,9 @@ measure (`bench/estimate.py`).
 
 The model, per party:
 
-- memory: `worker + inputs + a x parameters + b x activations`, in bytes, with `a` and `b`
+- memory: `worker + inputs + a x parameters + b x activations + c x tuples`, in bytes (the
+  tuples: the largest product's operands and output, a weight over the block size counted as
+  one block, since products run one at a time), with `a`, `b` and `c`
   fitted separately for training and inference and for rank 0, which holds a batch's dealer
   corrections that it asks for ahead; `inputs` is the shares of every row of the job's input
   (8 bytes an element at every party) and each holder's own plaintext rows;
@@ -78,7 +80,8 @@ class Features:
 
     parameters: int = 0
     activations: int = 0
-    """Every non-parameter node's output at the job's batch size."""
+    """The output of every node computed from the input rows, at the job's batch size (a
+    weight's transposes and expansions are views of its shares, not new memory)."""
     product_inputs: int = 0
     """The operands of every product node (what its Beaver triple masks and opens)."""
     product_outputs: int = 0
@@ -92,6 +95,10 @@ class Features:
     head_elements: int = 0
     tuple_elements: int = 0
     """The largest tensor of any tuple one batch asks for."""
+    largest_product: int = 0
+    """The most elements one product holds at once: its operands (a weight over the block size
+    counted as one block, `aten_lower.PRODUCT_ELEMENTS`) and its output. Products run one after
+    another, so their triples and openings are transient."""
     input_elements: int = 0
     """One row of the graph's input."""
     nodes: dict[str, tuple[str, int, int, float, int]] = field(default_factory=dict)
@@ -142,6 +149,7 @@ def features(spec: jpb.JobSpec, parties: int, rows: int = 0) -> Features:
     import torch
 
     from mpcml.graph import aten_eval
+    from mpcml.graph.aten_lower import PRODUCT_ELEMENTS as block
 
     graph = spec.graph
     batch = min(batch_size(spec), rows) if rows else batch_size(spec)
@@ -150,6 +158,8 @@ def features(spec: jpb.JobSpec, parties: int, rows: int = 0) -> Features:
     out = Features(input_elements=math.prod(int(d) for d in graph.input_shape))
     shapes: dict[str, int] = {graph.inputs[0]: batch * out.input_elements}
     secret: set[str] = {graph.inputs[0]}
+    batched: set[str] = {graph.inputs[0]}
+    """Nodes computed from the input rows."""
     for n in graph.nodes:
         if n.op == PARAMETER:
             shapes[n.name] = math.prod(int(d) for d in n.parameters[0].shape)
@@ -169,15 +179,21 @@ def features(spec: jpb.JobSpec, parties: int, rows: int = 0) -> Features:
         inputs = [i for i in node.inputs if i]
         if any(i in secret for i in inputs):
             secret.add(node.name)
-        out.activations += elements
-        operands = [shapes.get(i, 0) for i in inputs if i in secret]
-        if node.op == "aten.addmm.default":
-            operands = [shapes.get(i, 0) for i in inputs[1:3] if i in secret]
+        if any(i in batched for i in inputs):
+            batched.add(node.name)
+            out.activations += elements
+        named = [i for i in (inputs[1:3] if node.op == "aten.addmm.default" else inputs)]
+        named = [i for i in named if i in secret]
+        operands = [shapes.get(i, 0) for i in named]
         if node.op in PRODUCTS or (node.op in MAYBE_PRODUCTS and len(operands) >= 2):
             out.products += 1
             out.product_inputs += sum(operands)
             out.product_outputs += elements
-            out.tuple_elements = max(out.tuple_elements, elements, *operands)
+            blocked = [
+                n if i in batched else min(n, block) for i, n in zip(named, operands, strict=True)
+            ]
+            out.tuple_elements = max(out.tuple_elements, elements, *blocked)
+            out.largest_product = max(out.largest_product, sum(blocked) + elements)
             out.nodes[node.name] = ("product", sum(operands), elements, 0.0, 0)
         elif node.op in COMPARISONS:
             compared = shapes.get(inputs[0], elements) if "max_pool" in node.op else elements
@@ -282,17 +298,16 @@ def estimate(spec: jpb.JobSpec, rows: int, found: Features | None = None) -> Est
     else:
         out.bytes_per_batch = int(forward_bytes)
         out.rounds_per_batch = round(forward_rounds)
-    common = {
-        "worker": int(memory["other"]["worker"] * MIB),
-        "inputs": int(input_shares),
-        "parameters": int(memory["other"]["parameters"] * f.parameters),
-        "activations": int(memory["other"]["activations"] * f.activations),
+    counts = {
+        "parameters": f.parameters,
+        "activations": f.activations,
+        "tuples": f.largest_product,
     }
+    common = {"worker": int(memory["other"]["worker"] * MIB), "inputs": int(input_shares)}
+    common |= {k: int(memory["other"][k] * n) for k, n in counts.items()}
     out.memory = common
-    extra_rank0 = int(
-        (memory["rank0"]["worker"] - memory["other"]["worker"]) * MIB
-        + (memory["rank0"]["parameters"] - memory["other"]["parameters"]) * f.parameters
-        + (memory["rank0"]["activations"] - memory["other"]["activations"]) * f.activations
+    extra_rank0 = int((memory["rank0"]["worker"] - memory["other"]["worker"]) * MIB) + sum(
+        int((memory["rank0"][k] - memory["other"][k]) * n) for k, n in counts.items()
     )
     base = sum(common.values())
     for rank, name in enumerate(names):
@@ -327,7 +342,7 @@ def over(estimate: cpb.ResourceEstimate, party: str, limits: cpb.ResourceLimits)
     return found
 
 
-PARTS = ("worker", "inputs", "parameters", "activations")
+PARTS = ("worker", "inputs", "parameters", "activations", "tuples")
 """The parts of the peak memory, in the order they are printed."""
 
 

@@ -34,6 +34,19 @@ def test_a_two_layer_models_counts_are_exact() -> None:
     assert f.tuple_elements == 64 * 100
     assert f.head == "sigmoid" and f.head_elements == 64
     assert f.comparisons == 0 and f.input_elements == 30
+    # activations: what the rows pass through (the weights' transposes are views of shares)
+    assert f.activations == 64 * 100 + 64 * 1 + 64  # addmm, addmm_1, sigmoid
+    assert f.largest_product == 64 * 30 + 30 * 100 + 64 * 100
+
+
+def test_a_weight_over_the_block_size_counts_one_block_in_its_product() -> None:
+    from mpcml.graph.aten_lower import PRODUCT_ELEMENTS
+
+    spec = _train(nn.Sequential(nn.Linear(30, 3000), nn.Linear(3000, 3000), nn.Linear(3000, 1)))
+    f = estimate.features(spec.spec, 3)
+    assert PRODUCT_ELEMENTS < 3000 * 3000
+    assert f.tuple_elements == PRODUCT_ELEMENTS
+    assert f.largest_product == 64 * 3000 + PRODUCT_ELEMENTS + 64 * 3000
 
 
 def test_a_batch_is_no_larger_than_the_rows() -> None:
@@ -55,7 +68,7 @@ def test_memory_grows_with_the_width_and_the_rank_0_party_holds_more() -> None:
     assert wide.bytes_per_batch > 100 * narrow.bytes_per_batch
     assert wide.batches == 7  # 400 rows in batches of 64
     # what the peak is made of, the same at every party
-    assert set(wide.memory) == {"worker", "inputs", "parameters", "activations"}
+    assert set(wide.memory) == {"worker", "inputs", "parameters", "activations", "tuples"}
     assert wide.memory["inputs"] == 400 * (30 + 1) * estimate.SHARE_BYTES
 
 
