@@ -228,15 +228,9 @@ inference with many parameters and few activations."""
 
 def _measure_zoo(client: Client, name: str) -> dict[str, Any]:
     from bench import zoo
+    from bench.models import zoo_job
 
-    model, shape = zoo.classifier(name), zoo.input_shape(name)
-    job = Job.infer(
-        {"alice": f"image{shape[1]}"},
-        model=model,
-        weights={"bob": f"zoo-{name}"},
-        reveal={"predictions": ["alice"]},
-        batch_size=1,
-    ).captured(tuple(shape))
+    job = zoo_job(name).captured(tuple(zoo.input_shape(name)))
     handle = client.submit(job)
     status = handle.wait(timeout=1800)
     if status.state != cpb.COMPLETED:
@@ -397,8 +391,7 @@ def _fit_communication(trains: list[dict[str, Any]], n: int) -> dict[str, Any]:
     for run_, f in zip(trains, found, strict=True):
         sent = run_["profile"]["(backward)"]
         _add(backward, [pi * f.product_inputs + po * f.product_outputs, f.comparisons], sent[1])
-        comparison_nodes = sum(1 for kind, *_ in f.nodes.values() if kind == "comparison")
-        _add(backward_rounds, [f.products + comparison_nodes], sent[0])
+        _add(backward_rounds, [f.products + f.comparison_nodes], sent[0])
     k, kc = _nonneg(*backward)
     return {
         "product_input": round(pi, 3),

@@ -75,20 +75,26 @@ def _parties(root: Path, names: list[str]) -> Path:
     return parties
 
 
+def zoo_job(name: str) -> Job:
+    """Bob's private weights of torchvision's `name` on alice's image; the logits to alice."""
+    shape = zoo.input_shape(name)
+    return Job.infer(
+        {"alice": f"image{shape[1]}"},
+        model=zoo.classifier(name),
+        weights={"bob": f"zoo-{name}"},
+        reveal={"predictions": ["alice"]},
+        batch_size=1,
+        name=f"zoo-{name}",
+    )
+
+
 def run_model(client: Client, cluster: LocalCluster, name: str, limit: float) -> dict[str, Any]:
     """One model through the daemons, and its plaintext logits."""
-    model = zoo.classifier(name)
     shape = zoo.input_shape(name)
     began = time.monotonic()
     try:
-        job = Job.infer(
-            {"alice": f"image{shape[1]}"},
-            model=model,
-            weights={"bob": f"zoo-{name}"},
-            reveal={"predictions": ["alice"]},
-            batch_size=1,
-            name=f"zoo-{name}",
-        )
+        job = zoo_job(name)
+        model = job.model
         capture_s = time.monotonic() - began
         handle = client.submit(job)
     except Exception as exc:  # a refusal is this model's result, not the run's end

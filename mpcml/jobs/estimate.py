@@ -106,6 +106,11 @@ class Features:
     elements (a comparison's: the elements compared), and a non-linear node's cost by the table
     (bytes, rounds): what `bench/estimate.py --fit` fits against."""
 
+    @property
+    def comparison_nodes(self) -> int:
+        """Nodes computed with comparisons: each costs its rounds once, whatever its size."""
+        return sum(1 for kind, *_ in self.nodes.values() if kind == "comparison")
+
 
 @dataclass
 class Estimate:
@@ -268,7 +273,7 @@ def estimate(spec: jpb.JobSpec, rows: int, found: Features | None = None) -> Est
     plan = round_plan(spec, rows)
     out = Estimate(parameters=f.parameters, tuple_elements=f.tuple_elements)
     out.batches = plan.total_batches
-    comparison_nodes = sum(1 for kind, *_ in f.nodes.values() if kind == "comparison")
+    comparison_nodes = f.comparison_nodes
     product_bytes = per_n["product_input"] * f.product_inputs
     product_bytes += per_n["product_output"] * f.product_outputs
     forward_bytes = (
@@ -313,10 +318,6 @@ def estimate(spec: jpb.JobSpec, rows: int, found: Features | None = None) -> Est
     for rank, name in enumerate(names):
         out.peak_memory[name] = int(base + own[name] + (max(extra_rank0, 0) if rank == 0 else 0))
     return out
-
-
-def _comparison_nodes(spec: jpb.JobSpec) -> int:
-    return sum(1 for n in spec.graph.nodes if n.op in COMPARISONS)
 
 
 def over(estimate: cpb.ResourceEstimate, party: str, limits: cpb.ResourceLimits) -> list[str]:

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from torch import nn
 
+from bench.estimate import Wide
 from mpcml.api.client import Client, ClientError
 from mpcml.api.job import Job
 from mpcml.demo import models
@@ -29,17 +29,6 @@ ACCURACY_POINTS = 0.01
 OUTPUT_TOLERANCE = 0.05
 BOB_MEMORY_MIB = 900
 BOB_SECONDS = 15
-
-
-class Wide(nn.Module):
-    """Two linear layers `width` units wide: its memory grows with one number."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.a, self.b = nn.Linear(30, width), nn.Linear(width, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.b(self.a(x)))
 
 
 def _train(model: nn.Module, name: str) -> Job:
@@ -69,12 +58,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(root / "run", parties_dir=parties, max_concurrent_jobs=2) as c:
         c.start()
         yield c
-
-
-@pytest.fixture()
-def client(cluster: LocalCluster) -> Client:
-    assert cluster.client is not None
-    return cluster.client
 
 
 def test_a_job_over_a_partys_limit_is_refused_at_submit_naming_the_party_and_the_limit(

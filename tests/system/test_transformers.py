@@ -102,12 +102,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-@pytest.fixture()
-def client(cluster: LocalCluster) -> Client:
-    assert cluster.client is not None
-    return cluster.client
-
-
 def _run(client: Client, job: Job) -> np.ndarray:
     handle = client.submit(job)
     status = handle.wait(timeout=300)
