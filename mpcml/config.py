@@ -62,12 +62,20 @@ def resolve(base: Path, value: str | Path) -> Path:
 
 def tls_files(data: Mapping[str, Any], base: Path) -> TLSFiles | None:
     """The `[tls]` table's files, or None when `insecure = true`."""
-    if str(data.get("insecure", "false")).lower() in ("true", "1", "yes"):
+    if flag(data, "insecure", base):
         return None
     table = data.get("tls")
     if not isinstance(table, dict):
         raise ConfigError(f"the config in {base} needs a [tls] table (ca, cert, key)")
     return TLSFiles(*(resolve(base, need(table, k, base)) for k in ("ca", "cert", "key")))
+
+
+def flag(data: Mapping[str, Any], key: str, where: Path) -> bool:
+    """An optional true/false setting (false by default), or a ConfigError naming it."""
+    value = str(data.get(key, "false")).lower()
+    if value not in ("true", "1", "yes", "false", "0", "no", ""):
+        raise ConfigError(f"`{key}` in the config in {where} must be true or false, got {value!r}")
+    return value in ("true", "1", "yes")
 
 
 def positive_int(

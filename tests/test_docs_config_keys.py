@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 READ = re.compile(
-    r'(?:data\.get|cfg\.need|need|positive_int|_names)\(\s*data,?\s*"([a-z_]+)"|data\.get\("([a-z_]+)"'
+    r'(?:data\.get|cfg\.need|need|positive_int|flag|_names)\(\s*data,?\s*"([a-z_]+)"|data\.get\("([a-z_]+)"'
 )
 
 

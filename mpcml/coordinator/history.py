@@ -154,6 +154,7 @@ def job_result(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
             result.bytes_sent = result.communication_rounds = 0
             result.first_batch_seconds = result.median_batch_seconds = 0.0
             result.peak_memory_bytes.clear()
+            result.devices.clear()
         elif e.kind == EventKind.PARTY_FINISHED:
             result.bytes_sent += int(e.data["bytes_sent"])
             result.communication_rounds = max(
@@ -161,6 +162,8 @@ def job_result(job: Job, events: list[Event], insecure: bool = False) -> cpb.Job
             )
             _add_profile(result, e.data)
             result.peak_memory_bytes[e.data["party"]] = int(e.data.get("peak_memory_bytes", 0))
+            if e.data.get("device"):
+                result.devices[e.data["party"]] = str(e.data["device"])
             for o in e.data["outputs"]:
                 result.outputs.append(
                     cpb.PartyOutput(

@@ -558,6 +558,7 @@ class Runs:
             first_batch_seconds=finished.first_batch_seconds,
             median_batch_seconds=finished.median_batch_seconds,
             peak_memory_bytes=finished.peak_memory_bytes,
+            device=finished.device,
         )
         if set(run.finished) != set(run.parties):
             return

@@ -126,7 +126,7 @@ def _pow(a: Args, m: Any) -> Any:
 
 def _embedding(a: Args, m: Any) -> Any:
     weight, indices = a["weight"], a["indices"]
-    rows = weight.index_select(0, indices.reshape(-1))
+    rows = weight.index_select(0, indices.reshape(-1).to(weight.device))
     return rows.reshape((*indices.shape, weight.size(-1)))
 
 
@@ -157,7 +157,8 @@ def _layer_norm(a: Args, m: Any) -> Any:
     centred = x.sub(x.mean(-1, keepdim=True))
     weight = a["weight"]
     if _secret(weight):  # its product with the centred values rides with their square
-        scale = weight.reshape(-1).add(torch.zeros(centred.size()))  # expand has no gradient
+        zeros = torch.zeros(centred.size(), device=centred.device)
+        scale = weight.reshape(-1).add(zeros)  # expand has no gradient
         square, centred = products([centred, centred], [centred, scale])
     else:
         square = centred.square()
@@ -207,7 +208,7 @@ def _avg_pool(a: Args, m: Any) -> Any:
         "count_include_pad": bool(a["count_include_pad"]),
         "divisor_override": a["divisor_override"],
     }
-    ones = torch.ones((1, 1, *x.shape[-2:]))
+    ones = torch.ones((1, 1, *x.shape[-2:]), device=x.device)
     means = torch.nn.functional.avg_pool2d(ones, **settings)
     sums = torch.nn.functional.avg_pool2d(ones, **{**settings, "divisor_override": 1})
     out_h, out_w = means.shape[-2:]
@@ -247,7 +248,7 @@ def _slice(a: Args, m: Any) -> Any:
     start, stop, step = slice(a["start"], a["end"], a["step"]).indices(x.size(dim))
     if step == 1:
         return x.narrow(dim, start, max(stop - start, 0))
-    return x.index_select(dim, torch.arange(start, stop, step))
+    return x.index_select(dim, torch.arange(start, stop, step, device=x.device))
 
 
 def _select(a: Args, m: Any) -> Any:
@@ -273,13 +274,14 @@ def _expand(a: Args, m: Any) -> Any:
     target = [x.size(i - offset) if s == -1 else s for i, s in enumerate(size)]
     if list(x.size()) == target:
         return x
-    return x.mul(torch.ones(target))
+    return x.mul(torch.ones(target, device=x.device))
 
 
 def _cat(a: Args, m: Any) -> Any:
     import crypten
 
-    parts = [p if _secret(p) else crypten.cryptensor(p) for p in a["tensors"]]
+    device = next((p.device for p in a["tensors"] if _secret(p)), None)
+    parts = [p if _secret(p) else crypten.cryptensor(p.to(device)) for p in a["tensors"]]
     return crypten.cat(parts, dim=a["dim"])
 
 
@@ -287,7 +289,7 @@ def _index(a: Args, m: Any) -> Any:
     given = [(d, i) for d, i in enumerate(a["indices"]) if i is not None]
     if len(given) == 1 and given[0][1].dim() == 1:  # one index tensor: a differentiable gather
         dim, index = given[0]
-        return a["self"].index_select(dim, index)
+        return a["self"].index_select(dim, index.to(a["self"].device))
     return a["self"][tuple(slice(None) if i is None else i for i in a["indices"])]
 
 
@@ -368,6 +370,17 @@ def _typed(a: Args) -> Args:
     return a
 
 
+def _on_device(inputs: list[Any]) -> list[Any]:
+    """Public tensors (constants, masks, indices) moved to the device of the secret inputs.
+
+    A public operand on the CPU cannot meet a share on a GPU; on the CPU this moves nothing.
+    """
+    device = next((v.device for v in inputs if _secret(v) and hasattr(v, "device")), None)
+    if device is None or device.type == "cpu":
+        return inputs
+    return [v.to(device) if torch.is_tensor(v) else v for v in inputs]
+
+
 def module(op_name: str, attrs: dict[str, Any], choice: Choice | None) -> Any:
     """The crypten.nn module computing one ATen node."""
     op = OPS[op_name]
@@ -387,7 +400,7 @@ def module(op_name: str, attrs: dict[str, Any], choice: Choice | None) -> Any:
             """The batch size of the current forward pass (for batch-affine sizes)."""
 
         def forward(self, x: Any) -> Any:
-            inputs = [ABSENT if v is None else v for v in x]
+            inputs = _on_device([ABSENT if v is None else v for v in x])
             return lowering(_typed(bind(op, attrs, inputs, self.batch)), self)
 
     _Aten.__name__ = op_name.split(".")[1]

@@ -57,6 +57,8 @@ class JobComputation:
         self.spec = start.spec
         self.config = config
         self.me = config.name
+        self.placement = session.placement
+        """Where this party's tensors live; shares cross to the host only through it."""
         self.rank = start.rank
         self.ranks = {p.name: i for i, p in enumerate(start.peers)}
         self.model: Any = None
@@ -84,7 +86,8 @@ class JobComputation:
 
     def load(self) -> int:
         """Share the inputs and build the model; returns the rows of the job's input."""
-        spec, sharer = self.spec, InputSharer(self.spec, self.config, self.ranks)
+        spec = self.spec
+        sharer = InputSharer(spec, self.config, self.ranks, self.placement)
         shared = sharer.align([*spec.features, *spec.labels])
         if shared is not None:  # the policy's floor on the rows the job will use, before sharing
             if not shared:
@@ -139,7 +142,16 @@ class JobComputation:
         rows = int(self.x.size(0))
         self.plan = round_plan(spec, rows)
         self._build_model()
+        self._check_placement()
         return rows
+
+    def _check_placement(self) -> None:
+        """Every share this party holds is on its device, as CrypTen holds shares there."""
+        held = {"the features": self.x, **({"the labels": self.y} if self.y is not None else {})}
+        held.update({f"parameter {k!r}": t for k, t in self._tensors(self.model).items()})
+        held.update({f"momentum of {k!r}": b for k, b in self._momentum().items()})
+        for what, tensor in held.items():
+            self.placement.check(what, tensor.share)
 
     def _recheck_policy(self) -> None:
         """The party's policy once more, with the rows every party really shared.
@@ -182,7 +194,7 @@ class JobComputation:
                     commitment=owner.commitment,
                 )
                 load_weights(net, graph, state)
-        net.encrypt(src=src)
+        self.placement.module(net).encrypt(src=src)
         if source == "from_job":
             self._load_shares(net, spec.weights.from_job)
         if spec.task == jpb.TASK_TRAIN:
@@ -241,8 +253,8 @@ class JobComputation:
         self._put_shares(net, saved["shares"], f"its saved model of job {job_id}")
 
     def _shares(self) -> dict[str, torch.Tensor]:
-        """Copies of the parameters' shares, by name: what the party keeps and checkpoints."""
-        return {k: t.share.clone() for k, t in self._tensors(self.model).items()}
+        """Host copies of the parameters' shares, by name: what the party keeps and checkpoints."""
+        return {k: self.placement.host(t.share) for k, t in self._tensors(self.model).items()}
 
     def _put_shares(self, net: Any, shares: dict[str, torch.Tensor], origin: str) -> None:
         """Set `net`'s parameters to saved shares, each checked against the graph's shape."""
@@ -252,7 +264,7 @@ class JobComputation:
                 raise DataError(
                     f"party {self.me!r}: {origin} holds no share of {key!r} of the right shape"
                 )
-            tensor.share = share
+            tensor.share = self.placement.share(share)
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -279,7 +291,7 @@ class JobComputation:
             "rank": self.rank,
             "round": round,
             "shares": self._shares(),
-            "momentum": {k: b.share.clone() for k, b in self._momentum().items()},
+            "momentum": {k: self.placement.host(b.share) for k, b in self._momentum().items()},
         }
         return write_checkpoint(self.config.job_state(self.start.job_id), round, state)
 
@@ -297,8 +309,9 @@ class JobComputation:
         tensors = self._tensors(self.model)
         for key, share in saved["momentum"].items():
             buffer = tensors[key].clone().detach()
-            buffer.share = share
+            buffer.share = self.placement.share(share)
             self.optimizer.state[id(tensors[key])]["momentum_buffer"] = buffer
+        self._check_placement()
 
     def _loss(self) -> Any:
         return {

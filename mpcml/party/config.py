@@ -6,6 +6,7 @@ data_address = "127.0.0.1:7101"   # where the other parties reach this party's j
 coordinator = "127.0.0.1:7000"
 dealer = "127.0.0.1:7200"          # correlated randomness (mpcml dealer)
 device = "cpu"                     # or "cuda:0"
+cuda_emulation = false             # tests only: a cuda device's code, its data on the CPU
 max_concurrent_jobs = 1            # workers at once; slot s listens on data_address's port + s
 metrics_address = "127.0.0.1:9102" # optional: Prometheus metrics (mpcml/party/metrics.py)
 health_address = "0.0.0.0:7190"    # optional: grpc.health.v1, SERVING while attached
@@ -89,6 +90,9 @@ class PartyConfig:
     health_address: str = ""
     """Where to serve `grpc.health.v1` and reflection (none when empty)."""
     torch_threads: int = 0
+    cuda_emulation: bool = False
+    """Run a `cuda` device's code with its data on the CPU (runtime/devices.py): for checking
+    the GPU path on machines without one, never for speed."""
     """Threads each job worker's torch uses (0: torch's default, one per core). Parties that
     share a machine with each other want 1, or their workers contend for the cores."""
     console: ConsoleSettings | None = None
@@ -137,6 +141,7 @@ class PartyConfig:
             metrics_address=metrics.address(data, base),
             health_address=str(data.get("health_address", "")),
             torch_threads=cfg.positive_int(data, "torch_threads", 0, base, minimum=0),
+            cuda_emulation=cfg.flag(data, "cuda_emulation", base),
             network=_network(str(data.get("network", "")), base),
             console=console_settings(data, base, tls),
         )

@@ -33,6 +33,7 @@ from mpcml.party.config import DatasetEntry, PartyConfig
 from mpcml.proto.v1 import job_pb2 as jpb
 from mpcml.psi.group import PsiError
 from mpcml.psi.protocol import intersect
+from mpcml.runtime.devices import Placement
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,16 @@ class Shared:
 class InputSharer:
     """Shares a job's bindings for party `me` (`ranks`: party name -> rank)."""
 
-    def __init__(self, spec: jpb.JobSpec, config: PartyConfig, ranks: dict[str, int]) -> None:
+    def __init__(
+        self,
+        spec: jpb.JobSpec,
+        config: PartyConfig,
+        ranks: dict[str, int],
+        placement: Placement,
+    ) -> None:
         self.spec = spec
+        self.placement = placement
+        """Where the shares are made (the party's device)."""
         self.config = config
         self.me = config.name
         self.ranks = ranks
@@ -246,6 +255,7 @@ class InputSharer:
             else:
                 shape = (described.rows, *described.row_shape)
                 value = torch.zeros(self._prepared_shape(shape, classes))
+            value = self.placement.plain(value)
             parts.append(crypten.cryptensor(value, src=self.ranks[b.party]))
         return Shared(parts, metas, mine)
 

@@ -92,7 +92,8 @@ class Revealer:
         for who in recipients(self.spec, jpb.OUTPUT_WEIGHTS):
             self._audit("weights", who, rows, tensors=len(tensors))
             state = {k: t.get_plain_text(dst=self.ranks[who]) for k, t in tensors.items()}
-            if who == self.me:
+            if who == self.me:  # only the recipient holds values; on its host for the file
+                state = {k: v.cpu() for k, v in state.items()}
                 path = self.results / "weights.pt"
                 atomic_write(path, lambda f, s=state: torch.save(s, f))
                 out.append(self._output(jpb.OUTPUT_WEIGHTS, path, []))
@@ -109,6 +110,7 @@ class Revealer:
             row_ids = self._row_ids(who, ids, rank, int(predictions.size(0)))
             if who == self.me:
                 path = self.results / "predictions.npz"
+                plain = plain.cpu()
                 arrays = {"predictions": plain.numpy()}
                 if row_ids is not None:
                     arrays["ids"] = row_ids

@@ -126,11 +126,11 @@ class WorkerPool:
 
         Asked in a process forked from the workers' fork server, like a job worker: neither the
         daemon nor the fork server initialise CUDA (workers forked from a process that did
-        could not use it). Nothing to ask for the CPU.
+        could not use it). Nothing to ask for the CPU or an emulated GPU.
         """
         from mpcml.runtime import devices
 
-        if self.config.device == "cpu":
+        if self.config.device == "cpu" or self.config.cuda_emulation:
             return
         parent, child = self._ctx.Pipe()
         probe = self._ctx.Process(

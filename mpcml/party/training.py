@@ -178,7 +178,10 @@ class FusedTrainer:
             # Each batch's mean, then their mean: one public weight per term.
             shapes = [self._term_shape(k.z) for k in kept]
             weights = torch.cat(
-                [torch.full(shape, 1.0 / (len(kept) * math.prod(shape))) for shape in shapes]
+                [
+                    torch.full(shape, 1.0 / (len(kept) * math.prod(shape)), device=z.device)
+                    for shape in shapes
+                ]
             )
             return (terms * weights).sum()
 

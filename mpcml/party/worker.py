@@ -204,6 +204,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig, hard_limit: 
             session_id=start.job_id if not start.attempt else f"{start.job_id}.{start.attempt}",
             listen=port_offset(config.listen, start.slot),
             device=config.device,
+            cuda_emulation=config.cuda_emulation,
             dealer=_dealer(start, config),
             network=config.network or None,
             randomness=_randomness(start, config),
@@ -249,6 +250,7 @@ def main(conn: Connection, start_bytes: bytes, config: PartyConfig, hard_limit: 
                 bytes_sent=sent,
                 communication_rounds=rounds,
                 peak_memory_bytes=limits.peak_rss(),
+                device=s.placement.name,
             )
             _profile(finished, costs, began)
             pipe.send(finished=finished)

@@ -55,6 +55,8 @@ class Session:
     transport: Transport
     traffic: PeerTraffic
     """Payload bytes sent to and received from each peer; still readable after the session."""
+    placement: devices.Placement
+    """Where this party's tensors live (`device`), and how its shares reach the host."""
 
     def communication_stats(self) -> dict[str, Any]:
         """CrypTen's counters for this party (rounds, bytes as CrypTen counts them, time).
@@ -145,6 +147,7 @@ def session(
     connect_timeout: float = options.CONNECT_TIMEOUT_S,
     listen: str | None = None,
     device: str | torch.device | None = None,
+    cuda_emulation: bool = False,
     chunk_bytes: int = options.CHUNK_BYTES,
     dealer: DealerEndpoint | None = None,
     network: Shaping | str | None = None,
@@ -163,6 +166,7 @@ def session(
 
     `device` ("cpu", "cuda" or "cuda:N") must exist here, or `DeviceError` says so; on CUDA,
     shares' matmuls and convolutions run as exact float64 block products (runtime/blocks.py).
+    `cuda_emulation` runs a CUDA device's code with the data on the CPU (`devices.Placement`).
 
     `network` (a `Shaping` or its text, `delay=20ms,bandwidth=352mbit`) emulates a slower
     network on this party's inbound streams, for benchmarks (mpcml/transport/shaping.py).
@@ -172,7 +176,7 @@ def session(
     """
     names = _validate(rank, world_size, peers, peer_names, tls, insecure)
     # Before any connection: a party without its GPU fails alone, with the reason.
-    device = devices.resolve(device, names[rank])
+    placement = devices.Placement.of(device, names[rank], cuda_emulation)
     if tls is not None:
         # An expired certificate, or one of another CA, fails the peers' TLS handshake, which
         # cannot tell this party why; a wrong role the peers refuse with a message of their own.
@@ -204,6 +208,8 @@ def session(
     )
     transport.start(connect_timeout)
     original = crypten_comm.DistributedCommunicator
+    emulation = devices.emulation(placement.wrapped and placement.device.type == "cpu")
+    emulation.__enter__()
     crypten_comm.DistributedCommunicator = GrpcCommunicator
     GrpcCommunicator.pending = transport
     try:
@@ -218,7 +224,7 @@ def session(
             if randomness is not None and DealerProvider.client is not None:
                 randomness = replace(randomness, dealer_tag=DealerProvider.client.tag)
             prg.use(randomness)
-            crypten.init(party_name=names[rank], device=device)
+            crypten.init(party_name=names[rank], device=placement.device)
             if DealerProvider.client is not None:
                 DealerProvider.client.bind(prg.binding())
         except BaseException as exc:
@@ -232,7 +238,7 @@ def session(
         try:
             communicator = GrpcCommunicator.instance
             traffic = communicator.traffic if communicator is not None else PeerTraffic([])
-            yield Session(rank, world_size, names, session_id, transport, traffic)
+            yield Session(rank, world_size, names, session_id, transport, traffic, placement)
         except TransportError as exc:
             transport.abort(str(exc))
             raise
@@ -250,6 +256,7 @@ def session(
             crypten.cfg.mpc.provider = "TFP"
             crypten.uninit()
     finally:
+        emulation.__exit__(None, None, None)
         GrpcCommunicator.instance = None
         GrpcCommunicator.pending = None
         crypten_comm.DistributedCommunicator = original

@@ -33,6 +33,7 @@ import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from mpcml.errors import MpcmlError
+from mpcml.runtime import devices
 
 log = logging.getLogger(__name__)
 
@@ -234,10 +235,8 @@ def _shape(size: Any) -> torch.Size:
 
 def wrap(tensor: torch.Tensor) -> Any:
     """A share as CrypTen holds it: CUDA shares in its `CUDALongTensor`, CPU ones as they are."""
-    if tensor.is_cuda:
-        from crypten.cuda import CUDALongTensor
-
-        return CUDALongTensor(tensor)
+    if tensor.is_cuda or devices.emulating():
+        return devices.wrapper()(tensor)
     return tensor
 
 

@@ -253,7 +253,7 @@ class JobEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., round: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., total_rounds: _Optional[int] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds", "profile", "first_batch_seconds", "median_batch_seconds", "peak_memory_bytes")
+    __slots__ = ("status", "outputs", "rounds", "bytes_sent", "communication_rounds", "seconds", "profile", "first_batch_seconds", "median_batch_seconds", "peak_memory_bytes", "devices")
     class PeakMemoryBytesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +261,13 @@ class JobResult(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class DevicesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
@@ -271,6 +278,7 @@ class JobResult(_message.Message):
     FIRST_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
     status: JobStatus
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     rounds: _containers.RepeatedCompositeFieldContainer[RoundMetrics]
@@ -281,7 +289,8 @@ class JobResult(_message.Message):
     first_batch_seconds: float
     median_batch_seconds: float
     peak_memory_bytes: _containers.ScalarMap[str, int]
-    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    devices: _containers.ScalarMap[str, str]
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[_Mapping[str, int]] = ..., devices: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class NodeCost(_message.Message):
     __slots__ = ("node", "op", "rounds", "bytes", "seconds", "calls")
@@ -583,7 +592,7 @@ class MetricShare(_message.Message):
     def __init__(self, name: _Optional[str] = ..., share: _Optional[int] = ..., scale: _Optional[int] = ...) -> None: ...
 
 class Finished(_message.Message):
-    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic", "profile", "first_batch_seconds", "median_batch_seconds", "peak_memory_bytes")
+    __slots__ = ("outputs", "metric_shares", "bytes_sent", "communication_rounds", "traffic", "profile", "first_batch_seconds", "median_batch_seconds", "peak_memory_bytes", "device")
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     METRIC_SHARES_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
@@ -593,6 +602,7 @@ class Finished(_message.Message):
     FIRST_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_BATCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     outputs: _containers.RepeatedCompositeFieldContainer[PartyOutput]
     metric_shares: _containers.RepeatedCompositeFieldContainer[MetricShare]
     bytes_sent: int
@@ -602,7 +612,8 @@ class Finished(_message.Message):
     first_batch_seconds: float
     median_batch_seconds: float
     peak_memory_bytes: int
-    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ...) -> None: ...
+    device: str
+    def __init__(self, outputs: _Optional[_Iterable[_Union[PartyOutput, _Mapping]]] = ..., metric_shares: _Optional[_Iterable[_Union[MetricShare, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., communication_rounds: _Optional[int] = ..., traffic: _Optional[_Iterable[_Union[PeerTraffic, _Mapping]]] = ..., profile: _Optional[_Iterable[_Union[NodeCost, _Mapping]]] = ..., first_batch_seconds: _Optional[float] = ..., median_batch_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
 
 class Failure(_message.Message):
     __slots__ = ("reason", "round", "peer", "traffic")
