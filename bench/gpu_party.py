@@ -118,10 +118,13 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
+    parser.add_argument("--cases", default=";".join(CASES), help="case names, ';' between")
     args = parser.parse_args(argv)
-    wanted = [c.strip() for c in args.cases.split(",")]
+    wanted = [c.strip() for c in args.cases.split(";")]
     chosen = [c for c in cases(quick=True) if c.name in wanted]
+    if len(chosen) != len(wanted):
+        known = "; ".join(c.name for c in cases(quick=True))
+        parser.error(f"unknown case in {args.cases!r}; the cases: {known}")
     placements = ["cpu", "cuda:0", "cuda:0 emulated"]
     if not torch.cuda.is_available():
         placements.remove("cuda:0")

@@ -341,6 +341,8 @@ def _result_text(r: cpb.JobResult) -> str:
         f"  {r.bytes_sent} bytes sent, {r.communication_rounds} communication rounds, "
         f"{r.seconds:.1f} s",
     ]
+    if any(d != "cpu" for d in r.devices.values()):  # a party computed on a GPU
+        lines.append("  devices: " + ", ".join(f"{p} {d}" for p, d in sorted(r.devices.items())))
     for rm in r.rounds:
         if rm.metrics:
             lines.append(

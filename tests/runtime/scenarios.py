@@ -151,3 +151,58 @@ def sgd_steps(s: mpcml.Session) -> dict[str, Any]:
     x.mul(0.5)
     out["truncation_rounds"] = torch.tensor([float(s.communication_stats()["rounds"])])
     return out
+
+
+def mixed_inputs() -> dict[str, torch.Tensor]:
+    """Rank 0's weights and kernel, rank 1's rows and image (a mixed-device session's)."""
+    gen = torch.Generator().manual_seed(5)
+    return {
+        "w": torch.randn(6, 3, generator=gen),
+        "x": torch.randn(4, 6, generator=gen),
+        "kernel": torch.randn(2, 3, 3, 3, generator=gen),
+        "image": torch.randn(1, 3, 5, 5, generator=gen),
+    }
+
+
+def mixed_devices(s: mpcml.Session) -> dict[str, Any]:
+    """Products, a convolution, comparisons and a gradient step, each party on its placement.
+
+    Records the type of every share the dealer's tuples give this party, and of the results.
+    """
+    from mpcml.runtime.provider import DealerProvider, Pending
+
+    kinds: set[str] = set()
+    draw = DealerProvider._shares
+
+    def recording(self: Any, request: Any, device: Any) -> list[Any]:
+        shares = draw(self, request, device)
+        for t in shares:  # rank 0's correction, as it will be held once the dealer's arrives
+            kinds.add(type(prg.wrap(t.result()) if isinstance(t, Pending) else t).__name__)
+        return shares
+
+    DealerProvider._shares = recording  # type: ignore[method-assign]
+    try:
+        place = s.placement.plain
+        given = mixed_inputs()
+        w = crypten.cryptensor(place(given["w"]), src=0)
+        x = crypten.cryptensor(place(given["x"]), src=1)
+        kernel = crypten.cryptensor(place(given["kernel"]), src=0)
+        image = crypten.cryptensor(place(given["image"]), src=1)
+        product = x.matmul(w)
+        activated = product.relu() * product
+        convolved = image.conv2d(kernel, padding=1)
+        w.requires_grad = True
+        loss = (x.matmul(w) - 1).square().mean()
+        loss.backward()
+        held = {type(t.share).__name__ for t in (w, x, product, activated, convolved, w.grad)}
+        return {
+            "product": product.get_plain_text().cpu(),
+            "activated": activated.get_plain_text().cpu(),
+            "convolved": convolved.get_plain_text().cpu(),
+            "grad": w.grad.get_plain_text().cpu(),
+            "tuples": sorted(kinds),
+            "held": sorted(held),
+            "device": s.placement.name,
+        }
+    finally:
+        DealerProvider._shares = draw  # type: ignore[method-assign]

@@ -5,6 +5,7 @@ its checkpoints and kept models, checked here on the CPU through the emulated CU
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ import torch
 
 from mpcml.runtime import devices, prg
 from mpcml.runtime.devices import Placement, PlacementError
+from tests.runtime import scenarios
 from tests.runtime.test_blocks import ref_conv
+from tests.support.parties import party_specs, run_specs_on_dealer
 
 NO_CUDA = "no CUDA device on this machine: the GPU path is checked only where one is present"
 PLACEMENTS = [
@@ -132,3 +135,39 @@ def test_a_module_moves_to_the_gpu_with_cuda_before_it_is_encrypted() -> None:
     net = crypten.nn.from_pytorch(torch.nn.Linear(3, 2), torch.zeros(1, 3))
     placement.module(net)
     assert all(p.is_cuda for p in net.parameters())
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("where", PLACEMENTS[1:])
+def test_a_gpu_party_and_a_cpu_party_compute_together_on_the_dealer(
+    tmp_path: Path, where: tuple[str, bool]
+) -> None:
+    """Rank 0 on the GPU path, rank 1 on the CPU: tuples and results where each computes."""
+    specs = party_specs(tmp_path, 2, "tests.runtime.scenarios:mixed_devices")
+    device, emulate = where
+    specs[0].kwargs = {
+        **specs[0].kwargs,
+        "session": {"device": device, "cuda_emulation": emulate},
+    }
+    results = run_specs_on_dealer(tmp_path, specs, timeout=240)
+    for r in results:
+        assert r.ok, f"rank {r.rank}: {r.error_type}: {r.error}\n{r.traceback}"
+    gpu, cpu = (r.value for r in results)
+    wrapped = "EmulatedCudaLongTensor" if emulate else "CUDALongTensor"
+    assert gpu["device"] == ("cuda:0 (emulated on the CPU)" if emulate else "cuda:0")
+    assert gpu["tuples"] == [wrapped] and gpu["held"] == [wrapped], gpu
+    assert cpu["tuples"] == ["Tensor"] and cpu["held"] == ["Tensor"] and cpu["device"] == "cpu"
+    given = scenarios.mixed_inputs()
+    w = given["w"].clone().requires_grad_()
+    product = given["x"] @ given["w"]
+    torch.autograd.backward((given["x"] @ w - 1).square().mean())
+    expected = {
+        "product": product,
+        "activated": product.relu() * product,
+        "convolved": torch.nn.functional.conv2d(given["image"], given["kernel"], padding=1),
+        "grad": w.grad,
+    }
+    for r in results:
+        for key, value in expected.items():
+            error = float((r.value[key] - value).abs().max())
+            assert error < 0.01, f"rank {r.rank}: {key} off by {error}"
