@@ -12,9 +12,6 @@ CrypTen's `CUDALongTensor`, products in float64 blocks): what every machine can 
 
 from __future__ import annotations
 
-import hashlib
-import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,11 +25,9 @@ from mpcml.api.job import Job
 from mpcml.demo import data, models
 from mpcml.demo.cluster import LocalCluster
 from mpcml.demo.run import breast_cancer_task, by_id, digits_task, plaintext_train, predictions
-from mpcml.party.worker import HOLD_DONE_FILE
 from mpcml.proto.v1 import coordinator_pb2 as cpb
 from tests.system.conftest import cli, system_parties
-from tests.system.test_recovery import FAIL_WITHIN_S, _checkpoint, _restart
-from tests.system.test_recovery import _train as three_rounds
+from tests.system.test_recovery import resume_after_losing_round_3, same_checkpoints
 
 pytestmark = pytest.mark.system
 
@@ -177,30 +172,7 @@ def test_a_resume_reads_alices_checkpoint_back_onto_her_device_bit_for_bit(
     """Round 3 lost after every party checkpointed it: the resumed run reads round 2's
     checkpoints (alice's onto her device) and writes round 3's again, byte for byte."""
     cluster, device = gpu_cluster
-    client = cluster.client
-    assert client is not None
-    parties = ("alice", "bob", "carol")
-    gate = cluster.workdir / "alice" / "state" / HOLD_DONE_FILE.format(round=3)
-    gate.parent.mkdir(parents=True, exist_ok=True)
-    gate.touch()  # alice holds her report of round 3 once every party has checkpointed it
-    try:
-        job = client.submit(three_rounds())
-        paths = {p: _checkpoint(cluster, p, job, 3) for p in parties}
-        deadline = time.monotonic() + 180
-        while not all(path.is_file() for path in paths.values()):
-            assert job.status().state in (cpb.STARTING, cpb.RUNNING), job.status()
-            assert time.monotonic() < deadline, "round 3 was never checkpointed"
-            time.sleep(0.1)
-        interrupted = {p: hashlib.sha256(f.read_bytes()).hexdigest() for p, f in paths.items()}
-        cluster.stop_process("bob", signal.SIGKILL)
-        status = job.wait(timeout=FAIL_WITHIN_S)
-    finally:
-        gate.unlink()
-    assert status.state == cpb.FAILED and status.committed_round == 2, status
-    _restart(cluster, client, "bob")
-    job.resume()
-    final = job.wait(timeout=240)
-    assert final.state == cpb.COMPLETED, final.reason
+    assert cluster.client is not None
+    job, lost = resume_after_losing_round_3(cluster, cluster.client)
     assert dict(job.result().devices) == {"alice": device, "bob": "cpu", "carol": "cpu"}
-    for party, path in paths.items():
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == interrupted[party], party
+    same_checkpoints(cluster, job, lost)

@@ -183,11 +183,15 @@ def _checkpoint(cluster: LocalCluster, party: str, job: JobHandle, round: int) -
     return cluster.workdir / party / "state" / "jobs" / job.id / f"checkpoint-{round}.pt"
 
 
-def test_a_resumed_run_recomputes_the_lost_round_bit_for_bit(
+def resume_after_losing_round_3(
     cluster: LocalCluster, client: Client
-) -> None:
-    import crypten
+) -> tuple[JobHandle, dict[str, bytes]]:
+    """`_train()` run until every party has checkpointed round 3, bob killed before it is
+    committed, then resumed to completion; returns the job and the lost round's checkpoints.
 
+    The resumed run recomputes round 3 from round 2's checkpoints: its checkpoints of round 3
+    must be the lost ones, byte for byte (the caller compares them).
+    """
     parties = ("alice", "bob", "carol")
     gate = cluster.workdir / "alice" / "state" / HOLD_DONE_FILE.format(round=3)
     gate.parent.mkdir(parents=True, exist_ok=True)
@@ -213,9 +217,23 @@ def test_a_resumed_run_recomputes_the_lost_round_bit_for_bit(
     assert final.state == cpb.COMPLETED, final.reason
     assert [r.round for r in job.result().rounds] == [1, 2, 3]
     _assert_resume_audited(cluster, job, status.committed_round)
-    for party, path in paths.items():  # round 3 again, from round 2's checkpoints
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert digest == hashlib.sha256(interrupted[party]).hexdigest(), party
+    return job, interrupted
+
+
+def same_checkpoints(cluster: LocalCluster, job: JobHandle, lost: dict[str, bytes]) -> None:
+    """Each party's checkpoint of round 3 is, byte for byte, the one the lost run wrote."""
+    for party, written in lost.items():
+        digest = hashlib.sha256(_checkpoint(cluster, party, job, 3).read_bytes()).hexdigest()
+        assert digest == hashlib.sha256(written).hexdigest(), party
+
+
+def test_a_resumed_run_recomputes_the_lost_round_bit_for_bit(
+    cluster: LocalCluster, client: Client
+) -> None:
+    import crypten
+
+    job, interrupted = resume_after_losing_round_3(cluster, client)
+    same_checkpoints(cluster, job, interrupted)  # round 3 again, from round 2's checkpoints
     shares = [torch.load(io.BytesIO(b), weights_only=True)["shares"] for b in interrupted.values()]
     encoder = crypten.encoder.FixedPointEncoder()
     secure = _weights(job)
