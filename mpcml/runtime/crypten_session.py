@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -208,8 +208,8 @@ def session(
     )
     transport.start(connect_timeout)
     original = crypten_comm.DistributedCommunicator
-    emulation = devices.emulation(placement.wrapped and placement.device.type == "cpu")
-    emulation.__enter__()
+    emulation = ExitStack()  # closed last, after CrypTen and the transport
+    emulation.enter_context(devices.emulation(placement.wrapped and placement.device.type == "cpu"))
     crypten_comm.DistributedCommunicator = GrpcCommunicator
     GrpcCommunicator.pending = transport
     try:
@@ -256,7 +256,7 @@ def session(
             crypten.cfg.mpc.provider = "TFP"
             crypten.uninit()
     finally:
-        emulation.__exit__(None, None, None)
+        emulation.close()
         GrpcCommunicator.instance = None
         GrpcCommunicator.pending = None
         crypten_comm.DistributedCommunicator = original
