@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml Makefile
 # The whole suite. Of CrypTen's own tests it runs the quick ones (tests/crypten_suite/suites.py);
 # `make test-crypten` runs them all.
 test: install browser
-	$(PY) -m pytest -q -m "not crypten_full"
+	$(PY) -m pytest -q -m "not crypten_full and not bench_smoke"
 
 browser:
 	@test -x $(CHROMIUM) || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null \
@@ -57,7 +57,7 @@ browser:
 # counted: they run in processes of their own). Tracing costs about 45 s on the fast tier alone,
 # which put CI over its 20-minute budget: CI runs `make test`.
 coverage: install
-	$(PY) -m pytest -q -m "not crypten_full" --cov --cov-report=term:skip-covered
+	$(PY) -m pytest -q -m "not crypten_full and not bench_smoke" --cov --cov-report=term:skip-covered
 
 # CrypTen's own test suites over mpcml.session, every test of every suite (tests/crypten_suite).
 test-crypten: install
@@ -93,6 +93,7 @@ $(PSI_STAMP):
 # Every benchmark, written to bench/REPORT.md with plots and bench/results.json (bench/report.py);
 # QUICK=1: the smallest workloads, on loopback and an emulated WAN, in about 10 minutes.
 bench: install $(SPU_STAMP) $(PSI_STAMP)
+	$(PY) -m pytest -q -m bench_smoke tests/test_bench_report.py
 	$(PY) bench/report.py $(if $(QUICK),--quick)
 
 # The main job: a fresh CA, the coordinator and three party daemons on loopback, secure training
