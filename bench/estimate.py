@@ -105,6 +105,23 @@ class Case:
     test: dict[str, str]
     batch: int = BATCH
 
+    def train_job(self, **reveal: list[str]) -> Job:
+        """One epoch of training on the bench's hyper-parameters, rows aligned by id."""
+        features, labels = self.data
+        return Job.train(
+            model=self.model(),
+            features=features,
+            labels=labels,
+            align_on="id",
+            epochs=1,
+            lr=LR,
+            batch_size=self.batch,
+            momentum=MOMENTUM,
+            seed=SEED,
+            loss=self.loss,
+            reveal=reveal,
+        )
+
 
 def cases(quick: bool = False) -> list[Case]:
     """The models the estimate is checked (and fitted) on."""
@@ -149,21 +166,7 @@ def _flat_digits(parties: Path) -> None:
 
 
 def _measure(client: Client, case: Case) -> dict[str, Any]:
-    model = case.model()
-    features, labels = case.data
-    train = Job.train(
-        model=model,
-        features=features,
-        labels=labels,
-        align_on="id",
-        epochs=1,
-        lr=LR,
-        batch_size=case.batch,
-        momentum=MOMENTUM,
-        seed=SEED,
-        loss=case.loss,
-        reveal={"weights": ["carol"]},
-    )
+    train = case.train_job(weights=["carol"])
     train = train.captured(row_shape(train.spec, client.parties()))
     out: dict[str, Any] = {"name": case.name}
     for kind in ("train", "infer"):

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.estimate import Case, cases  # noqa: E402
-from bench.train import LR, MOMENTUM, SEED, _parties  # noqa: E402
+from bench.train import _parties  # noqa: E402
 from mpcml.api.client import Client  # noqa: E402
 from mpcml.api.job import Job  # noqa: E402
 from mpcml.demo.cluster import LocalCluster  # noqa: E402
@@ -47,22 +47,8 @@ PLACEMENTS = {
 
 def _job(client: Client, case: Case) -> dict[str, Any]:
     """Train `case` for one epoch, then infer the test rows; seconds, peaks, predictions."""
-    features, labels = case.data
     out: dict[str, Any] = {}
-    train = client.submit(
-        Job.train(
-            model=case.model(),
-            features=features,
-            labels=labels,
-            align_on="id",
-            epochs=1,
-            lr=LR,
-            batch_size=case.batch,
-            momentum=MOMENTUM,
-            seed=SEED,
-            loss=case.loss,
-        )
-    )
+    train = client.submit(case.train_job())
     for kind in ("train", "infer"):
         began = time.monotonic()
         handle = train

@@ -209,7 +209,7 @@ def session(
     transport.start(connect_timeout)
     original = crypten_comm.DistributedCommunicator
     emulation = ExitStack()  # closed last, after CrypTen and the transport
-    emulation.enter_context(devices.emulation(placement.wrapped and placement.device.type == "cpu"))
+    emulation.enter_context(devices.emulation(placement.emulated))
     crypten_comm.DistributedCommunicator = GrpcCommunicator
     GrpcCommunicator.pending = transport
     try:

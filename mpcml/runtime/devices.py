@@ -88,6 +88,11 @@ class Placement:
     name: str
     """As configured, e.g. "cuda:0", with " (emulated on the CPU)" when it is."""
 
+    @property
+    def emulated(self) -> bool:
+        """A CUDA device's code with its data on the CPU (`emulation`)."""
+        return self.wrapped and self.device.type == "cpu"
+
     @classmethod
     def of(cls, configured: Any, party: str, emulate: bool = False) -> Placement:
         """The placement of `configured` ("cpu", "cuda", "cuda:N" or None) on this machine."""
@@ -114,8 +119,7 @@ class Placement:
 
     def host(self, share: Any) -> Any:
         """A copy of a share as a plain int64 tensor on the CPU (to save, or to send)."""
-        data = share.tensor() if _is_wrapped(share) else share
-        return data.detach().to("cpu", copy=True)
+        return _data(share).detach().to("cpu", copy=True)
 
     def share(self, host: Any) -> Any:
         """A share read back from the host, as the session holds its shares."""
@@ -124,8 +128,8 @@ class Placement:
 
     def check(self, what: str, share: Any) -> None:
         """Raise PlacementError unless `share` is held as this placement's shares are."""
-        data = share.tensor() if _is_wrapped(share) else share
-        if _is_wrapped(share) != self.wrapped or data.device != self.device:
+        data = _data(share)
+        if (data is not share) != self.wrapped or data.device != self.device:
             held = f"{type(share).__name__} on {data.device}"
             raise PlacementError(f"{what} is a {held}; this party computes on {self.name}")
 
@@ -137,8 +141,9 @@ def wrapper() -> Any:
     return cuda_tensor.CUDALongTensor
 
 
-def _is_wrapped(share: Any) -> bool:
-    return isinstance(share, wrapper())
+def _data(share: Any) -> Any:
+    """A share's int64 tensor: the wrapper's, or the share itself."""
+    return share.tensor() if isinstance(share, wrapper()) else share
 
 
 _emulating = False
